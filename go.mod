@@ -1,0 +1,3 @@
+module github.com/dlbridge/dlbridge
+
+go 1.26.8

@@ -1,0 +1,93 @@
+package zerocopy
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// ErrReleased is returned when memory is used or retained after its owner
+// released it, or released more often than it was retained.
+var ErrReleased = errors.New("zerocopy: owner already released")
+
+// Releaser frees memory someone owns. Release is called exactly once, from
+// whichever goroutine or foreign thread drops the last reference.
+type Releaser interface {
+	Release()
+}
+
+// ReleaseFunc adapts a function to Releaser.
+type ReleaseFunc func()
+
+// Release calls f.
+func (f ReleaseFunc) Release() { f() }
+
+// Owner keeps memory alive for the views over it. It is reference counted:
+// NewOwner starts at one reference; Retain adds one; Release drops one and the
+// last drop runs the Releaser exactly once. Retain after the last Release and
+// a Release past zero return ErrReleased and never run the Releaser again.
+type Owner struct {
+	refs     atomic.Int64
+	released atomic.Bool
+	rel      Releaser
+	label    string
+}
+
+// NewOwner returns an owner with one reference whose last release calls r
+// (r may be nil: nothing to free, as for a NULL DLPack deleter).
+func NewOwner(r Releaser, label string) *Owner {
+	o := &Owner{rel: r, label: label}
+	o.refs.Store(1)
+	return o
+}
+
+// Init initialises an Owner embedded in a larger allocation (so importers
+// can place the owner, the view and the shape in one allocation). It must be
+// called before the owner is shared.
+func (o *Owner) Init(r Releaser, label string) {
+	o.rel, o.label = r, label
+	o.released.Store(false)
+	o.refs.Store(1)
+}
+
+// Retain adds a reference. It fails with ErrReleased once the owner released.
+func (o *Owner) Retain() error {
+	for {
+		n := o.refs.Load()
+		if n <= 0 {
+			return fmt.Errorf("%w: retain of %s", ErrReleased, o.label)
+		}
+		if o.refs.CompareAndSwap(n, n+1) {
+			return nil
+		}
+	}
+}
+
+// Release drops a reference; the last one runs the Releaser. A release past
+// zero returns ErrReleased (the caller has a double-free bug) and does
+// nothing else.
+func (o *Owner) Release() error {
+	for {
+		n := o.refs.Load()
+		if n <= 0 {
+			return fmt.Errorf("%w: extra release of %s", ErrReleased, o.label)
+		}
+		if o.refs.CompareAndSwap(n, n-1) {
+			if n == 1 && o.released.CompareAndSwap(false, true) {
+				if o.rel != nil {
+					o.rel.Release()
+				}
+			}
+			return nil
+		}
+	}
+}
+
+// Alive reports whether the memory is still held.
+func (o *Owner) Alive() bool { return o.refs.Load() > 0 }
+
+// Refs is the current reference count (for tests and diagnostics).
+func (o *Owner) Refs() int64 { return o.refs.Load() }
+
+// Label names the memory in errors and leak reports ("dlpack import", ...).
+func (o *Owner) Label() string { return o.label }
