@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds everything the GPU machine runs into build/gpu (it has no Go toolchain):
+# test binaries (with and without cgo), the c-shared library with the Python package,
+# the command-line tool and the benchmark programs, plus run.sh that runs them all
+# and writes logs under $OUT. Usage: make gpu; then on the device:
+#   bash build/gpu/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+G=build/gpu
+rm -rf "$G"; mkdir -p "$G/bin" "$G/py"
+# Test binaries: every package that has GPU tests (they skip without DLBRIDGE_GPU=1).
+for p in cuda zerocopy dlpack pybridge; do
+  [ -d "$p" ] || continue
+  CGO_ENABLED=0 go test -c -o "$G/bin/$p.nocgo.test" "./$p" 2>/dev/null || echo "note: no CGO_ENABLED=0 test binary for $p"
+  go test -c -o "$G/bin/$p.cgo.test" "./$p"
+done
+# Benchmark programs and the command-line tool.
+[ -d bench/bindcost ] && go build -o "$G/bin/bindcost" ./bench/bindcost
+[ -d bench/bindcost ] && CGO_ENABLED=0 go build -tags nocgo -o "$G/bin/bindcost.nocgo" ./bench/bindcost 2>/dev/null || true
+[ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -o "$G/bin/dlbridge" ./cmd/dlbridge
+# The c-shared library and the Python package exactly as the README builds them.
+make -s lib
+cp build/libdlbridge.so "$G/"
+cp -r pybridge/python/. "$G/py/"
+find "$G/py" -name __pycache__ -prune -exec rm -rf {} +
+# C baselines compiled on the device with nvcc.
+[ -d bench/cuda ] && cp -r bench/cuda "$G/cuda-src"
+[ -d examples ] && cp -r examples "$G/examples"
+cp scripts/gpu-run.sh "$G/run.sh"
+du -sh "$G"

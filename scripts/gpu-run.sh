@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from the repo root: bash build/gpu/run.sh [parts...]
+# parts: go py bench bw demo (default: all). Logs go to $OUT (at most 8 files come back).
+G=build/gpu
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+parts=${*:-"go py bench bw demo"}
+export DLBRIDGE_GPU=1 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+has() { [[ " $parts " == *" $1 "* ]]; }
+if has go; then
+  for t in $G/bin/*.test; do
+    echo "=== $t"; (cd "$(basename "$t" | cut -d. -f1)" 2>/dev/null || true; timeout 300 "$OLDPWD/$t" -test.count=1 -test.v 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)' | tail -300)
+  done > "$OUT/gotest.log" 2>&1
+  grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$OUT/gotest.log" | head -50
+fi
+if has py; then
+  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 400 python3 -m pytest -q -x -rs $G/py/tests > "$OUT/pytest.log" 2>&1
+  tail -15 "$OUT/pytest.log"
+fi
+if has bench; then
+  {
+    [ -x $G/bin/bindcost ] && { echo "== bindcost (cgo build)"; timeout 120 $G/bin/bindcost; }
+    [ -x $G/bin/bindcost.nocgo ] && { echo "== bindcost (CGO_ENABLED=0)"; timeout 120 $G/bin/bindcost.nocgo; }
+    [ -f $G/py/bench/bench_exchange.py ] && DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 200 python3 $G/py/bench/bench_exchange.py
+  } > "$OUT/bench.log" 2>&1
+  cat "$OUT/bench.log" | tail -60
+fi
+if has bw; then
+  {
+    if [ -d $G/cuda-src ]; then
+      for f in $G/cuda-src/*.cu; do nvcc -O2 -o /tmp/$(basename "$f" .cu) "$f" && /tmp/$(basename "$f" .cu); done
+    fi
+    [ -x $G/bin/dlbridge ] && { $G/bin/dlbridge devices; timeout 300 $G/bin/dlbridge bandwidth -svg "$OUT/bandwidth.svg"; $G/bin/dlbridge selftest; }
+  } > "$OUT/bw.log" 2>&1
+  tail -60 "$OUT/bw.log"
+fi
+if has demo; then
+  [ -d $G/examples ] && DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 120 bash $G/examples/demo.sh > "$OUT/demo.log" 2>&1
+  tail -30 "$OUT/demo.log"
+fi
