@@ -1,0 +1,527 @@
+package capi
+
+/*
+#include <stdint.h>
+#include "capi.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/cai"
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/pybridge"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// ABIVersion is bumped whenever an exported function changes signature; the
+// Python package refuses a library with another version.
+const ABIVersion = 1
+
+//export dlb_abi_version
+func dlb_abi_version() C.int32_t { return ABIVersion }
+
+// fence runs fn as the body of an entry point (see pybridge.Fence).
+func fence(fn func() error) C.int32_t { return C.int32_t(pybridge.Fence(fn)) }
+
+func device(t, id C.int32_t) dlpack.Device {
+	return dlpack.Device{Type: dlpack.DeviceType(t), ID: int32(id)}
+}
+
+func parseDType(s *C.char) (dlpack.DataType, error) {
+	if s == nil {
+		return dlpack.Float32Type, nil
+	}
+	dt, err := dlpack.ParseDataType(C.GoString(s))
+	if err != nil {
+		return dt, pybridge.WithCode(pybridge.TypeError, err)
+	}
+	return dt, nil
+}
+
+func int64s(p *C.int64_t, n C.int32_t) ([]int64, error) {
+	if n < 0 || n > dlpack.MaxNDim {
+		return nil, pybridge.Errorf(pybridge.ValueError, "dlbridge: ndim %d out of range (0..%d)", int(n), dlpack.MaxNDim)
+	}
+	if n == 0 {
+		return []int64{}, nil
+	}
+	if p == nil {
+		return nil, pybridge.Errorf(pybridge.ValueError, "dlbridge: NULL array for %d dimensions", int(n))
+	}
+	// The caller's array of n int64s, copied before it returns.
+	return append([]int64(nil), unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n))...), nil
+}
+
+// fillInfo describes v into info (when not NULL).
+func fillInfo(v *zerocopy.View, stream uintptr, info *C.dlb_info) {
+	if info == nil {
+		return
+	}
+	info.ptr = C.uint64_t(v.Ptr())
+	d := v.Device()
+	info.device_type, info.device_id = C.int32_t(d.Type), C.int32_t(d.ID)
+	dt := v.DType()
+	info.code, info.bits, info.lanes = C.uint8_t(dt.Code), C.uint8_t(dt.Bits), C.uint16_t(dt.Lanes)
+	info.ndim = C.int32_t(v.NDim())
+	var f C.uint32_t
+	if v.ReadOnly() {
+		f |= C.DLB_INFO_READONLY
+	}
+	if v.Copied() {
+		f |= C.DLB_INFO_COPIED
+	}
+	if v.Padded() {
+		f |= C.DLB_INFO_PADDED
+	}
+	if v.IsCContiguous() {
+		f |= C.DLB_INFO_C_CONTIGUOUS
+	}
+	if v.IsFContiguous() {
+		f |= C.DLB_INFO_F_CONTIGUOUS
+	}
+	if v.Foreign() {
+		f |= C.DLB_INFO_FOREIGN
+	}
+	info.flags = f
+	info.itemsize = C.int32_t(dt.ItemSize())
+	info.stream = C.uint64_t(stream)
+	for i, e := range v.Shape() {
+		info.shape[i] = C.int64_t(e)
+	}
+	for i, s := range v.Strides() {
+		info.strides[i] = C.int64_t(s)
+	}
+}
+
+// publish registers v under a new handle and reports it.
+func publish(v *zerocopy.View, out *C.uint64_t, info *C.dlb_info) error {
+	if out == nil {
+		v.Close()
+		return pybridge.Errorf(pybridge.ValueError, "dlbridge: NULL out pointer")
+	}
+	h := pybridge.NewTensor(v)
+	*out = C.uint64_t(h)
+	fillInfo(v, v.Stream(), info)
+	return nil
+}
+
+// borrow is pybridge.Borrow for a C handle.
+func borrow(h C.uint64_t) (*pybridge.Tensor, error) { return pybridge.Borrow(pybridge.Handle(h)) }
+
+// dlb_work_stream is the CUDA stream Go-side operations on device id use
+// (1, the legacy default stream, unless configured otherwise); importers
+// pass it to __dlpack__(stream=...) so the producer orders its work first.
+//
+//export dlb_work_stream
+func dlb_work_stream(id C.int32_t) C.int64_t { return C.int64_t(pybridge.WorkStream(int32(id))) }
+
+//export dlb_cuda_device_count
+func dlb_cuda_device_count() C.int32_t { return C.int32_t(pybridge.CUDADeviceCount()) }
+
+//export dlb_empty
+func dlb_empty(dtype *C.char, ndim C.int32_t, shape *C.int64_t, devType, devID C.int32_t, zero C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		dt, err := parseDType(dtype)
+		if err != nil {
+			return err
+		}
+		sh, err := int64s(shape, ndim)
+		if err != nil {
+			return err
+		}
+		v, err := pybridge.Allocate(device(devType, devID), dt, sh, zero != 0)
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+//export dlb_arange
+func dlb_arange(n C.int64_t, dtype *C.char, devType, devID C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		dt, err := parseDType(dtype)
+		if err != nil {
+			return err
+		}
+		v, err := pybridge.Arange(int64(n), dt, device(devType, devID))
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+//export dlb_info_get
+func dlb_info_get(h C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		fillInfo(t.View, t.Stream(), info)
+		return nil
+	})
+}
+
+//export dlb_close
+func dlb_close(h C.uint64_t) C.int32_t {
+	return fence(func() error { return pybridge.CloseTensor(pybridge.Handle(h)) })
+}
+
+//export dlb_export
+func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, hasDevice, devType, devID, copyMode C.int32_t, out *unsafe.Pointer) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		p, err := pybridge.Export(t, pybridge.ExportRequest{
+			Versioned: versioned != 0, HasStream: hasStream != 0, Stream: int64(stream),
+			HasDevice: hasDevice != 0, Device: device(devType, devID), Copy: pybridge.CopyMode(copyMode),
+		})
+		if err != nil {
+			return err
+		}
+		*out = p
+		return nil
+	})
+}
+
+//export dlb_import
+func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		v, err := pybridge.Import(mt, versioned != 0, gil != 0)
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+// dlb_from_memory wraps memory described by __cuda_array_interface__
+// (kind 0) or __array_interface__ (kind 1) fields, validated by package cai.
+// strides are in bytes (NULL: C-contiguous). pyobj is a PyObject* on which
+// the caller took a reference for the view to own (NULL: none). For CUDA
+// with a stream, our work stream waits for the producer's stream.
+//
+//export dlb_from_memory
+func dlb_from_memory(kind C.int32_t, ptr C.uint64_t, readonly C.int32_t, typestr *C.char, ndim C.int32_t,
+	shape, strides *C.int64_t, version C.int32_t, hasStream C.int32_t, stream C.int64_t, hasMask C.int32_t,
+	devType, devID C.int32_t, pyobj unsafe.Pointer, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		pyOwned := pyobj
+		defer func() {
+			if pyOwned != nil { // not handed to a view: give the reference back
+				pybridge.PyDecRef(pyOwned)
+			}
+		}()
+		sh, err := int64s(shape, ndim)
+		if err != nil {
+			return err
+		}
+		ci := cai.Interface{Kind: cai.Kind(kind), Shape: sh, Typestr: C.GoString(typestr),
+			Data: cai.Data{Ptr: uintptr(ptr), ReadOnly: readonly != 0}, Version: int(version)}
+		if strides != nil {
+			if ci.Strides, err = int64s(strides, ndim); err != nil {
+				return err
+			}
+		}
+		if hasStream != 0 {
+			ci.Stream = cai.StreamHandle(uintptr(stream))
+		}
+		if hasMask != 0 {
+			ci.Mask = &cai.Interface{}
+		}
+		if err := ci.Validate(); err != nil {
+			return caiError(err)
+		}
+		dt, err := ci.DataType()
+		if err != nil {
+			return caiError(err)
+		}
+		est, err := ci.ElementStrides()
+		if err != nil {
+			return caiError(err)
+		}
+		dev := device(devType, devID)
+		if ci.Kind == cai.Host {
+			dev = dlpack.CPUDevice
+		}
+		if !ci.Stream.IsNone() && dev.Type == dlpack.CUDA {
+			if err := pybridge.WaitForProducer(dev, ci.Stream.Handle); err != nil {
+				return err
+			}
+		}
+		v, err := pybridge.WrapPython(zerocopy.Spec{Ptr: uintptr(ptr), Device: dev, DType: dt, Shape: sh, Strides: est,
+			ReadOnly: readonly != 0, Foreign: true}, pyOwned)
+		pyOwned = nil // WrapPython owns it now, also on error
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+func caiError(err error) error {
+	if errors.Is(err, cai.ErrStream) {
+		return pybridge.WithCode(pybridge.ValueError, err)
+	}
+	if errors.Is(err, cai.ErrTypestr) || errors.Is(err, cai.ErrUnsupported) || errors.Is(err, cai.ErrBigEndian) {
+		return pybridge.WithCode(pybridge.TypeError, err)
+	}
+	return pybridge.WithCode(pybridge.BufferError, err)
+}
+
+//export dlb_typestr
+func dlb_typestr(code, bits C.int32_t, lanes C.int32_t, padded C.int32_t, buf *C.char, n C.int32_t) C.int32_t {
+	return fence(func() error {
+		dt := dlpack.DataType{Code: dlpack.TypeCode(code), Bits: uint8(bits), Lanes: uint16(lanes)}
+		var ts string
+		var err error
+		if padded != 0 {
+			ts, _, err = cai.PaddedTypestrOf(dt)
+		} else {
+			ts, _, err = cai.TypestrOf(dt)
+		}
+		if err != nil {
+			return pybridge.WithCode(pybridge.TypeError, err)
+		}
+		return putString(ts, buf, n)
+	})
+}
+
+//export dlb_dtype_name
+func dlb_dtype_name(code, bits, lanes C.int32_t, buf *C.char, n C.int32_t) C.int32_t {
+	return fence(func() error {
+		dt := dlpack.DataType{Code: dlpack.TypeCode(code), Bits: uint8(bits), Lanes: uint16(lanes)}
+		return putString(dt.String(), buf, n)
+	})
+}
+
+//export dlb_parse_dtype
+func dlb_parse_dtype(s *C.char, code, bits, lanes *C.int32_t) C.int32_t {
+	return fence(func() error {
+		dt, err := parseDType(s)
+		if err != nil {
+			return err
+		}
+		*code, *bits, *lanes = C.int32_t(dt.Code), C.int32_t(dt.Bits), C.int32_t(dt.Lanes)
+		return nil
+	})
+}
+
+func putString(s string, buf *C.char, n C.int32_t) error {
+	if int(n) < len(s)+1 || buf == nil {
+		return pybridge.Errorf(pybridge.ValueError, "dlbridge: buffer of %d bytes too small for %q", int(n), s)
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
+	copy(b, s)
+	b[len(s)] = 0
+	return nil
+}
+
+func scalarIn(s *C.dlb_scalar) pybridge.Scalar {
+	return pybridge.Scalar{Kind: pybridge.ScalarKind(s.kind), I: int64(s.i), U: uint64(s.u), F: float64(s.re), Im: float64(s.im)}
+}
+
+//export dlb_fill
+func dlb_fill(h C.uint64_t, value *C.dlb_scalar) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		return pybridge.Fill(t, scalarIn(value))
+	})
+}
+
+//export dlb_sum
+func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		s, err := pybridge.Sum(t)
+		if err != nil {
+			return err
+		}
+		out.kind, out.i, out.u = C.int32_t(s.Kind), C.int64_t(s.I), C.uint64_t(s.U)
+		out.re, out.im = C.double(s.F), C.double(s.Im)
+		return nil
+	})
+}
+
+//export dlb_copy
+func dlb_copy(dst, src C.uint64_t) C.int32_t {
+	return fence(func() error {
+		d, err := borrow(dst)
+		if err != nil {
+			return err
+		}
+		defer d.Return()
+		s, err := borrow(src)
+		if err != nil {
+			return err
+		}
+		defer s.Return()
+		return pybridge.CopyInto(d, s)
+	})
+}
+
+//export dlb_to
+func dlb_to(h C.uint64_t, devType, devID C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		v, err := pybridge.CopyToDevice(t.View, device(devType, devID))
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+// dlb_index applies a basic index (ints, normalized slices, newaxis) to h
+// and registers the resulting view.
+//
+//export dlb_index
+func dlb_index(h C.uint64_t, n C.int32_t, items *C.dlb_index_item, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		if n < 0 || n > 2*dlpack.MaxNDim || (n > 0 && items == nil) {
+			return pybridge.Errorf(pybridge.IndexError, "dlbridge: %d index items", int(n))
+		}
+		var list []C.dlb_index_item
+		if n > 0 {
+			list = unsafe.Slice(items, int(n))
+		}
+		v, err := applyIndex(t.View, list)
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+func applyIndex(v *zerocopy.View, items []C.dlb_index_item) (*zerocopy.View, error) {
+	cur := v
+	owned := false // whether cur is ours to close
+	swap := func(nv *zerocopy.View) {
+		if owned {
+			cur.Close()
+		}
+		cur, owned = nv, true
+	}
+	fail := func(err error) (*zerocopy.View, error) {
+		if owned {
+			cur.Close()
+		}
+		return nil, err
+	}
+	dim := 0
+	for k, it := range items {
+		switch it.kind {
+		case C.DLB_INDEX_INT:
+			if dim >= cur.NDim() {
+				return fail(pybridge.Errorf(pybridge.IndexError, "dlbridge: too many indices for a %d-d tensor", v.NDim()))
+			}
+			e, i := cur.Shape()[dim], int64(it.start)
+			if i < -e || i >= e {
+				return fail(pybridge.Errorf(pybridge.IndexError, "dlbridge: index %d is out of bounds for dimension %d with size %d", i, dim, e))
+			}
+			nv, err := cur.Select(dim, i)
+			if err != nil {
+				return fail(pybridge.WithCode(pybridge.IndexError, err))
+			}
+			swap(nv)
+		case C.DLB_INDEX_SLICE:
+			if dim >= cur.NDim() {
+				return fail(pybridge.Errorf(pybridge.IndexError, "dlbridge: too many indices for a %d-d tensor", v.NDim()))
+			}
+			if it.step == 0 {
+				return fail(pybridge.Errorf(pybridge.ValueError, "dlbridge: slice step cannot be zero"))
+			}
+			nv, err := cur.Slice(dim, int64(it.start), int64(it.stop), int64(it.step))
+			if err != nil {
+				return fail(pybridge.WithCode(pybridge.ValueError, err))
+			}
+			swap(nv)
+			dim++
+		case C.DLB_INDEX_NEWAXIS:
+			nv, err := cur.Unsqueeze(dim)
+			if err != nil {
+				return fail(pybridge.WithCode(pybridge.IndexError, err))
+			}
+			swap(nv)
+			dim++
+		default:
+			return fail(pybridge.Errorf(pybridge.TypeError, "dlbridge: index item %d has unknown kind %d", k, int(it.kind)))
+		}
+	}
+	if !owned { // t[()] or t[...]: a new view of the same memory
+		nv, err := cur.Slice(0, zerocopy.Omit, zerocopy.Omit, 1)
+		if cur.NDim() == 0 {
+			nv, err = cur.Reshape()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return nv, nil
+	}
+	return cur, nil
+}
+
+//export dlb_permute
+func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		if n < 0 || n > dlpack.MaxNDim || (n > 0 && order == nil) {
+			return pybridge.Errorf(pybridge.ValueError, "dlbridge: permute order of %d dims", int(n))
+		}
+		ord := make([]int, int(n))
+		if n > 0 {
+			for i, o := range unsafe.Slice((*int32)(unsafe.Pointer(order)), int(n)) {
+				ord[i] = int(o)
+			}
+		}
+		v, err := t.View.Permute(ord...)
+		if err != nil {
+			return pybridge.WithCode(pybridge.ValueError, err)
+		}
+		return publish(v, out, info)
+	})
+}
+
+//export dlb_stats
+func dlb_stats(liveTensors, liveExports, deleterCalls *C.int64_t) C.int32_t {
+	if liveTensors != nil {
+		*liveTensors = C.int64_t(pybridge.LiveTensors())
+	}
+	if liveExports != nil {
+		*liveExports = C.int64_t(pybridge.LiveExports())
+	}
+	if deleterCalls != nil {
+		*deleterCalls = C.int64_t(pybridge.DeleterCalls())
+	}
+	return 0
+}

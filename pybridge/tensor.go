@@ -1,0 +1,259 @@
+package pybridge
+
+/*
+#include "pyapi.h"
+*/
+import "C"
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// Tensor is what a tensor handle names: a view and the CUDA stream of the
+// last Go-side write to its memory that may still be running (0: none).
+type Tensor struct {
+	View   *zerocopy.View
+	stream atomic.Uintptr
+}
+
+// Stream is the CUDA stream of the last pending Go-side write, 0 if none.
+func (t *Tensor) Stream() uintptr { return t.stream.Load() }
+
+// SetStream records that work queued on stream s writes this memory.
+func (t *Tensor) SetStream(s uintptr) { t.stream.Store(s) }
+
+// Return drops the reference Borrow took.
+func (t *Tensor) Return() { t.View.Owner().Release() }
+
+var tensors Table[*Tensor]
+
+// NewTensor registers v under a new handle. The handle owns v: CloseTensor
+// closes it.
+func NewTensor(v *zerocopy.View) Handle {
+	t := &Tensor{View: v}
+	t.stream.Store(v.Stream())
+	return tensors.Add(t)
+}
+
+// Borrow returns the tensor h names with a reference on its memory that
+// keeps it allocated, even if another thread closes h meanwhile, until
+// Return. It fails with ValueError for a closed or unknown handle.
+func Borrow(h Handle) (*Tensor, error) {
+	t, err := tensors.Get(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.View.Owner().Retain(); err != nil {
+		return nil, WithCode(ValueError, err)
+	}
+	return t, nil
+}
+
+// CloseTensor forgets h and closes its view; the memory is freed (or the
+// producer's deleter runs) once no export or derived view holds it.
+// Closing twice is an error (ValueError).
+func CloseTensor(h Handle) error {
+	t, err := tensors.Delete(h)
+	if err != nil {
+		return err
+	}
+	// Outside the table's lock: the release may run a foreign deleter that
+	// waits for the GIL, held by a thread that may be calling into us.
+	return t.View.Close()
+}
+
+// LiveTensors is the number of open tensor handles.
+func LiveTensors() int { return tensors.Len() }
+
+// LiveExports is the number of exported DLPack tensors whose deleter has
+// not run yet.
+func LiveExports() int { return exports.Len() }
+
+// DeleterCalls is the number of deleters of our DLPack exports that ran.
+func DeleterCalls() int64 { return deleterCalls.Load() }
+
+// CopyMode is the copy argument of __dlpack__ and from_dlpack.
+type CopyMode int32
+
+// The copy modes: None (copy only when needed), False (never), True (always).
+const (
+	CopyIfNeeded CopyMode = 0
+	CopyNever    CopyMode = 1
+	CopyAlways   CopyMode = 2
+)
+
+// Stream values of the DLPack Python protocol and CAI v3 (other positive
+// values are CUstream handles).
+const (
+	StreamLegacy    int64 = 1  // the legacy default stream
+	StreamPerThread int64 = 2  // the per-thread default stream
+	StreamNoSync    int64 = -1 // the consumer asks for no synchronization
+)
+
+// ExportRequest is what a DLPack consumer asked __dlpack__ for.
+type ExportRequest struct {
+	// Versioned asks for a DLManagedTensorVersioned (max_version >= 1.0);
+	// otherwise a legacy DLManagedTensor, which cannot say READ_ONLY.
+	Versioned bool
+	// HasStream says Stream was given (not None). Stream is the
+	// consumer's stream: 1, 2, a CUstream, or -1 for no synchronization.
+	HasStream bool
+	Stream    int64
+	// Device, when HasDevice, is dl_device: where the consumer wants it.
+	HasDevice bool
+	Device    dlpack.Device
+	Copy      CopyMode
+}
+
+// Export makes a DLPack managed tensor of t as req asks: zero-copy when it
+// can; a copy (flagged IS_COPIED on versioned exports) when req.Copy is
+// CopyAlways or the device differs and copying is allowed; BufferError when
+// the request cannot be met. Pending Go-side writes are ordered before the
+// consumer's stream with an event, never a device-wide synchronization.
+// The returned pointer belongs to the caller, who passes it on to a
+// consumer (or calls its deleter).
+func Export(t *Tensor, req ExportRequest) (unsafe.Pointer, error) {
+	v := t.View
+	src := v.Device()
+	dst := src
+	if req.HasDevice {
+		dst = req.Device
+	}
+	if err := checkConsumerStream(src, req); err != nil {
+		return nil, err
+	}
+	needCopy := dst != src || req.Copy == CopyAlways
+	if dst != src && req.Copy == CopyNever {
+		return nil, Errorf(BufferError, "dlbridge: __dlpack__: tensor is on %s, dl_device asks for %s, and copy=False forbids the copy", src, dst)
+	}
+	if !needCopy {
+		if v.ReadOnly() && !req.Versioned {
+			return nil, Errorf(BufferError, "dlbridge: __dlpack__: tensor is read-only and the consumer asked for a legacy (unversioned) DLPack capsule, which cannot say so; use max_version=(1, 0) or later, or copy=True")
+		}
+		if err := orderBefore(t, req); err != nil {
+			return nil, err
+		}
+		var flags dlpack.Flags
+		if v.ReadOnly() {
+			flags |= dlpack.FlagReadOnly
+		}
+		if v.Copied() {
+			flags |= dlpack.FlagIsCopied
+		}
+		if v.Padded() {
+			flags |= dlpack.FlagSubbyteTypePadded
+		}
+		return exportView(v, req.Versioned, flags)
+	}
+	c, err := copyTo(t, dst)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	// The copy is ours alone: writable, and flagged as a copy.
+	return exportView(c, req.Versioned, dlpack.FlagIsCopied)
+}
+
+func checkConsumerStream(d dlpack.Device, req ExportRequest) error {
+	if !req.HasStream {
+		return nil
+	}
+	switch d.Type {
+	case dlpack.CUDA, dlpack.CUDAManaged:
+		if req.Stream == 0 {
+			return Errorf(ValueError, "dlbridge: __dlpack__: stream=0 is ambiguous for CUDA and not allowed (use 1 for the legacy default stream, 2 for per-thread, -1 for none)")
+		}
+	case dlpack.ROCM:
+	default:
+		if req.Stream != StreamNoSync {
+			return Errorf(ValueError, "dlbridge: __dlpack__: stream=%d given for a tensor on %s; only None or -1 are allowed there", req.Stream, d)
+		}
+	}
+	return nil
+}
+
+// orderBefore makes the consumer's stream wait for pending Go-side writes.
+func orderBefore(t *Tensor, req ExportRequest) error {
+	pending := t.Stream()
+	if pending == 0 {
+		return nil
+	}
+	consumer := uintptr(StreamLegacy) // None means the legacy default stream
+	if req.HasStream {
+		if req.Stream == StreamNoSync {
+			return nil
+		}
+		consumer = uintptr(req.Stream)
+	}
+	if consumer == pending {
+		return nil
+	}
+	return streamWait(t.View.Device(), pending, consumer)
+}
+
+// exportView is the export with pybridge's flags; see dlpack_local.go.
+func exportView(v *zerocopy.View, versioned bool, flags dlpack.Flags) (unsafe.Pointer, error) {
+	return exportLocal(v, versioned, flags)
+}
+
+// Import takes ownership of a DLManagedTensorVersioned* (versioned) or a
+// DLManagedTensor* handed over from C and returns a view of it. The
+// producer's deleter runs exactly once: when the last view of the memory is
+// closed, or before Import returns an error (BufferError for a tensor that
+// does not validate). With gil set (a tensor that came from Python) the
+// deleter runs holding the GIL, and not at all after the interpreter has
+// finalized.
+func Import(p unsafe.Pointer, versioned, gil bool) (*zerocopy.View, error) {
+	if p == nil {
+		return nil, Errorf(ValueError, "dlbridge: DLPack import of a NULL pointer")
+	}
+	if gil && C.dlb_py_init() != 0 {
+		major := uint32(1)
+		if versioned {
+			major = (*dlpack.DLManagedTensorVersioned)(p).Version.Major
+		}
+		if major == 1 { // unknown majors are rejected without reading further
+			s := C.dlb_gil_shim(p, boolInt(versioned))
+			if s == nil {
+				C.dlb_call_deleter(p, boolInt(versioned))
+				return nil, Errorf(MemoryError, "dlbridge: out of memory importing a DLPack tensor")
+			}
+			p = s
+		}
+	}
+	v, err := importLocal(p, versioned)
+	if err != nil {
+		return nil, WithCode(BufferError, err)
+	}
+	return v, nil
+}
+
+// PyInit looks up the CPython functions the bridge calls; it reports
+// whether the library runs inside a Python interpreter.
+func PyInit() bool { return C.dlb_py_init() != 0 }
+
+// WrapPython wraps memory that a Python object keeps alive (an exporter of
+// __cuda_array_interface__, __array_interface__ or the buffer protocol).
+// obj is a PyObject* on which the caller already holds a reference; the
+// view's owner takes it over and drops it, holding the GIL, when the memory
+// is released, or before WrapPython returns an error. A nil obj wraps memory
+// nobody frees.
+func WrapPython(s zerocopy.Spec, obj unsafe.Pointer) (*zerocopy.View, error) {
+	var rel zerocopy.Releaser
+	if obj != nil {
+		rel = zerocopy.ReleaseFunc(func() { C.dlb_py_decref(obj) })
+	}
+	v, err := zerocopy.Wrap(s, zerocopy.NewOwner(rel, "python object"))
+	if err != nil {
+		return nil, WithCode(BufferError, err)
+	}
+	return v, nil
+}
+
+// PyDecRef drops a reference to a PyObject*, holding the GIL (taken if
+// needed); after the interpreter has finalized it does nothing.
+func PyDecRef(obj unsafe.Pointer) { C.dlb_py_decref(obj) }
