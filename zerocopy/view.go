@@ -44,6 +44,7 @@ type View struct {
 	stream   uintptr
 	owner    *Owner
 	closed   atomic.Bool
+	leak     *leakRecord // the leak safety net, when SetLeakReporter was on at creation
 }
 
 // Wrap makes a View of s owned by owner, taking over one reference the
@@ -76,9 +77,11 @@ func newView(s Spec, owner *Owner) (*View, error) {
 	} else {
 		strides = append([]int64(nil), s.Strides...)
 	}
-	return &View{ptr: s.Ptr, device: s.Device, dtype: s.DType, shape: shape, strides: strides,
+	v := &View{ptr: s.Ptr, device: s.Device, dtype: s.DType, shape: shape, strides: strides,
 		readOnly: s.ReadOnly, copied: s.Copied, padded: s.Padded, foreign: s.Foreign,
-		stream: s.Stream, owner: owner}, nil
+		stream: s.Stream, owner: owner}
+	trackLeak(v)
+	return v, nil
 }
 
 // validateSpec checks a layout before any view is built on it.
@@ -192,6 +195,7 @@ func (v *View) Close() error {
 	if !v.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	v.stopLeak()
 	return v.owner.Release()
 }
 
@@ -215,9 +219,11 @@ func (v *View) derive(ptr uintptr, shape, strides []int64) (*View, error) {
 	if err := v.owner.Retain(); err != nil {
 		return nil, err
 	}
-	return &View{ptr: ptr, device: v.device, dtype: v.dtype, shape: shape, strides: strides,
+	nv := &View{ptr: ptr, device: v.device, dtype: v.dtype, shape: shape, strides: strides,
 		readOnly: v.readOnly, copied: v.copied, padded: v.padded, foreign: v.foreign,
-		stream: v.stream, owner: v.owner}, nil
+		stream: v.stream, owner: v.owner}
+	trackLeak(nv)
+	return nv, nil
 }
 
 // String describes the view: "float32[2,3] cuda:0 strides=[3,1] ptr=0x...".
