@@ -8,17 +8,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static __thread int32_t err_code;
-static __thread char err_msg[4096];
+// Thread-local state is kept tiny (a code and a pointer): a library loaded
+// with dlopen has little static TLS space to spare, and Go's runtime uses
+// some of it. The message buffer is allocated per thread on first error.
+#define DLB_TLS __thread __attribute__((tls_model("global-dynamic")))
+#define ERR_CAP 4096
+static DLB_TLS int32_t err_code;
+static DLB_TLS char *err_msg;
 
 void dlb_set_error(int32_t code, const char *msg, size_t n) {
 	err_code = code;
-	if (n >= sizeof err_msg) n = sizeof err_msg - 1;
+	if (!err_msg) {
+		err_msg = malloc(ERR_CAP); // freed with the process: one per thread that ever failed
+		if (!err_msg) return;
+	}
+	if (n >= ERR_CAP) n = ERR_CAP - 1;
 	if (n > 0) memcpy(err_msg, msg, n);
 	err_msg[n] = 0;
 }
 
-const char *dlb_last_error(void) { return err_msg; }
+const char *dlb_last_error(void) { return err_msg ? err_msg : ""; }
 int32_t dlb_last_error_code(void) { return err_code; }
 
 typedef void PyObject;

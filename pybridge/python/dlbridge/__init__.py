@@ -1,0 +1,67 @@
+"""dlbridge: tensors shared between Go and Python without copies.
+
+Tensors made or filled by Go code leave as DLPack capsules,
+``__cuda_array_interface__`` or ``__array_interface__``; tensors from
+PyTorch, CuPy, NumPy, JAX, Numba or cuda.core come in the same ways::
+
+    import dlbridge, numpy, torch
+
+    t = dlbridge.arange(6, dtype="float32").fill_(1.5)   # made in Go
+    a = numpy.from_dlpack(t)                             # NumPy sees the same memory
+    x = torch.from_dlpack(t)                             # so does PyTorch
+    back = dlbridge.from_dlpack(torch.ones(3))           # and back, zero-copy
+
+The library (libdlbridge.so, built from Go) is found through the
+DLBRIDGE_LIB environment variable, next to this package, or in the source
+checkout's build/ directory.
+"""
+
+from ._tensor import (
+    Tensor,
+    arange,
+    asarray,
+    cuda_available,
+    cuda_device_count,
+    debug_stats,
+    empty,
+    from_dlpack,
+    zeros,
+)
+from . import _lib
+
+__version__ = "0.1.0"
+
+#: The path of the loaded libdlbridge.so.
+library_path = _lib.path
+
+
+def library():
+    """The ctypes.CDLL of the loaded library: a library built with your own
+    exported Go functions next to dlbridge's ABI (see examples/userlib) is
+    called through it, passing tensor handles (Tensor._handle())."""
+    return _lib.lib
+
+
+def _from_handle(handle):
+    """A Tensor for a handle that a Go function of the library returned;
+    the Tensor owns the handle."""
+    import ctypes
+
+    info = _lib.Info()
+    _lib.check(_lib.info_get(handle, ctypes.byref(info)))
+    return Tensor._wrap(handle, info)
+
+
+__all__ = [
+    "Tensor",
+    "arange",
+    "asarray",
+    "cuda_available",
+    "cuda_device_count",
+    "debug_stats",
+    "empty",
+    "from_dlpack",
+    "zeros",
+    "library",
+    "library_path",
+]

@@ -1,0 +1,771 @@
+"""dlbridge.Tensor and the functions that make one (pure Python + ctypes)."""
+
+import ctypes
+import datetime
+import operator
+import struct
+
+from . import _dtypes, _lib
+from ._lib import CPU, CUDA
+
+CapsuleType = type(datetime.datetime_CAPI)
+
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+
+def _parse_device(device):
+    """(device_type, device_id) for "cpu", "cuda", "cuda:N", a torch.device,
+    a (type, id) pair such as __dlpack_device__() returns, or None."""
+    if device is None:
+        return None
+    if isinstance(device, tuple) and len(device) == 2:
+        return (int(device[0]), int(device[1]))
+    text = str(device).strip().lower()
+    name, _, idx = text.partition(":")
+    code = _lib.DEVICE_CODES.get(name)
+    if code is None:
+        raise ValueError(
+            "dlbridge: unknown device %r (want 'cpu', 'cuda' or 'cuda:N')" % (device,)
+        )
+    if idx:
+        try:
+            i = int(idx)
+        except ValueError:
+            raise ValueError("dlbridge: device %r: %r is not a device number" % (device, idx)) from None
+        if i < 0:
+            raise ValueError("dlbridge: device %r: negative device number" % (device,))
+    else:
+        i = 0
+    if code == CPU and i != 0:
+        raise ValueError("dlbridge: device %r: the host is 'cpu' (device 0)" % (device,))
+    return (code, i)
+
+
+def _device_name(dev):
+    t, i = dev
+    name = _lib.DEVICE_NAMES.get(t, "device%d" % t)
+    if t == CPU and i == 0:
+        return "cpu"
+    return "%s:%d" % (name, i)
+
+
+def _shape_arg(shape):
+    if isinstance(shape, int) or hasattr(shape, "__index__"):
+        return (operator.index(shape),)
+    try:
+        dims = tuple(operator.index(e) for e in shape)
+    except TypeError:
+        raise TypeError("dlbridge: shape must be an int or a sequence of ints, got %r" % (shape,)) from None
+    if len(dims) > _lib.MAX_NDIM:
+        raise ValueError("dlbridge: %d dimensions, at most %d" % (len(dims), _lib.MAX_NDIM))
+    for i, e in enumerate(dims):
+        if e < 0:
+            raise ValueError("dlbridge: shape[%d] = %d is negative" % (i, e))
+    return dims
+
+
+def _i64_array(values):
+    n = len(values)
+    return (ctypes.c_int64 * n)(*values) if n else None
+
+
+def _new(fn, *args):
+    """Call a handle-making function of the library and wrap the result."""
+    h = ctypes.c_uint64()
+    info = _lib.Info()
+    rc = fn(*args, ctypes.byref(h), ctypes.byref(info))
+    if rc:
+        raise _lib.error(rc)
+    return Tensor._wrap(h.value, info)
+
+
+class Tensor:
+    """A tensor whose memory Go code owns or borrows, exchanged without copies.
+
+    Make one with dlbridge.empty, zeros, arange, from_dlpack or asarray. It
+    speaks DLPack (__dlpack__, __dlpack_device__), the CUDA Array Interface
+    (CUDA tensors) and NumPy's array interface (host tensors). close() (or a
+    with block) releases it early; otherwise it is released when collected.
+    Memory exported to another library stays alive until that library
+    releases it, whatever happens to this object.
+    """
+
+    __slots__ = ("_h", "_ptr", "_shape", "_strides", "_code", "_dev", "_flags", "_itemsize",
+                 "_stream", "_pin", "__weakref__")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "dlbridge.Tensor cannot be built directly: use dlbridge.empty, zeros, arange, "
+            "from_dlpack or asarray"
+        )
+
+    @classmethod
+    def _wrap(cls, h, info):
+        t = object.__new__(cls)
+        t._h = h
+        t._pin = 0
+        t._set_info(info)
+        return t
+
+    def _set_info(self, info):
+        nd = info.ndim
+        self._ptr = info.ptr
+        self._shape = tuple(info.shape[:nd])
+        self._strides = tuple(info.strides[:nd])
+        self._code = (info.code, info.bits, info.lanes)
+        self._dev = (info.device_type, info.device_id)
+        self._flags = info.flags
+        self._itemsize = info.itemsize
+        self._stream = info.stream
+
+    def _handle(self):
+        h = self._h
+        if not h:
+            raise ValueError("dlbridge: the tensor is closed")
+        return h
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Release this tensor's hold on its memory now. Views made from it,
+        and exports to other libraries, keep their own hold. Idempotent."""
+        h, self._h = self._h, 0
+        if h:
+            _lib.check(_lib.close(h))
+
+    @property
+    def closed(self):
+        return not self._h
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            h, self._h = self._h, 0
+            if h:
+                _lib.close(h)
+            p, self._pin = self._pin, 0
+            if p:
+                _lib.close(p)
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def _pinned(self):
+        """A second handle on the memory, held until this object is
+        collected: NumPy, CuPy and others that read __array_interface__ or
+        __cuda_array_interface__ keep this object alive, not our handle, so
+        close() must not free memory they still use."""
+        if not self._pin:
+            self._pin = _new(_lib.index, self._handle(), 0, None)._detach()
+        return self._ptr
+
+    def _detach(self):
+        h, self._h = self._h, 0
+        return h
+
+    # ---- layout ----
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def strides(self):
+        """Strides in elements (DLPack's unit; NumPy's are in bytes)."""
+        return self._strides
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    @property
+    def size(self):
+        n = 1
+        for e in self._shape:
+            n *= e
+        return n
+
+    def numel(self):
+        return self.size
+
+    @property
+    def itemsize(self):
+        return self._itemsize
+
+    @property
+    def nbytes(self):
+        return self.size * self._itemsize
+
+    @property
+    def dtype(self):
+        """The dtype as a string: "float32", "bfloat16", "bool", ..."""
+        return _dtypes.name(*self._code)
+
+    @property
+    def device(self):
+        """"cpu" or "cuda:N" (other DLPack devices as "type:N")."""
+        return _device_name(self._dev)
+
+    @property
+    def readonly(self):
+        return bool(self._flags & _lib.INFO_READONLY)
+
+    @property
+    def is_copy(self):
+        """True when the producer made this memory for us alone (IS_COPIED)."""
+        return bool(self._flags & _lib.INFO_COPIED)
+
+    def data_ptr(self):
+        """The address of element [0, ..., 0]."""
+        self._handle()
+        return self._ptr
+
+    def is_contiguous(self):
+        return bool(self._flags & _lib.INFO_C_CONTIGUOUS)
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __repr__(self):
+        state = " closed" if not self._h else ""
+        return "dlbridge.Tensor(shape=%s, dtype=%s, device=%s, ptr=%#x%s)" % (
+            self._shape, self.dtype, self.device, self._ptr, state)
+
+    # ---- DLPack producer ----
+
+    def __dlpack_device__(self):
+        return self._dev
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        h = self._handle()
+        versioned = 0
+        if max_version is not None:
+            versioned = 1 if tuple(max_version)[0] >= 1 else 0
+        if stream is None:
+            has_stream, s = 0, 0
+        else:
+            has_stream, s = 1, operator.index(stream)
+        if dl_device is None:
+            has_dev, dt, di = 0, 0, 0
+        else:
+            has_dev, dt, di = 1, int(dl_device[0]), int(dl_device[1])
+        cm = 0 if copy is None else (2 if copy else 1)
+        out = ctypes.c_void_p()
+        rc = _lib.export(h, versioned, has_stream, s, has_dev, dt, di, cm, ctypes.byref(out))
+        if rc:
+            raise _lib.error(rc)
+        name = _lib.NAME_VERSIONED if versioned else _lib.NAME_LEGACY
+        try:
+            return _lib.PyCapsule_New(out.value, name, _lib.CAPSULE_DESTRUCTOR)
+        except BaseException:
+            _lib.call_deleter(out.value, versioned)
+            raise
+
+    # ---- array interfaces ----
+
+    def _interface(self, cuda):
+        typestr = _dtypes.typestr(*self._code, bool(self._flags & _lib.INFO_PADDED))
+        ptr = self._pinned()
+        d = {
+            "shape": self._shape,
+            "typestr": typestr,
+            "descr": [("", typestr)],
+            "data": (ptr if self.size else 0, self.readonly),
+            "version": 3,
+            "strides": None,
+        }
+        if not (self._flags & _lib.INFO_C_CONTIGUOUS):
+            d["strides"] = tuple(s * self._itemsize for s in self._strides)
+        if cuda:
+            d["stream"] = self._stream or None
+        return d
+
+    @property
+    def __cuda_array_interface__(self):
+        """CAI v3 for CUDA tensors; absent (AttributeError) for host ones."""
+        if self._dev[0] != CUDA:
+            raise AttributeError(
+                "dlbridge: __cuda_array_interface__ is only defined for CUDA tensors (this one is on %s)"
+                % self.device)
+        self._handle()
+        return self._interface(True)
+
+    @property
+    def __array_interface__(self):
+        """NumPy's array interface v3 for host tensors; absent otherwise."""
+        if self._dev[0] != CPU:
+            raise AttributeError(
+                "dlbridge: __array_interface__ is only defined for host tensors (this one is on %s)"
+                % self.device)
+        self._handle()
+        return self._interface(False)
+
+    def memoryview(self):
+        """A memoryview of a C-contiguous host tensor (no copy): the buffer
+        protocol for code without NumPy."""
+        self._require_host("memoryview")
+        if not self.is_contiguous():
+            raise BufferError("dlbridge: memoryview() needs a C-contiguous tensor; copy it first")
+        fmt = _dtypes.STRUCT_FORMATS.get(self.dtype)
+        if fmt is None:
+            raise BufferError("dlbridge: dtype %s has no buffer-protocol format" % self.dtype)
+        ptr = self._pinned()
+        raw = (ctypes.c_char * max(self.nbytes, 1)).from_address(ptr)
+        # ctypes keeps objects put in _objects alive as long as raw lives.
+        raw._objects = {"dlbridge.Tensor": self}
+        mv = memoryview(raw).cast("B")[: self.nbytes].cast(fmt, self._shape)
+        return mv.toreadonly() if self.readonly else mv
+
+    def _require_host(self, op):
+        self._handle()
+        if self._dev[0] != CPU:
+            raise BufferError("dlbridge: %s needs a host tensor; this one is on %s (use .to('cpu'))"
+                              % (op, self.device))
+
+    def tolist(self):
+        """The elements as nested Python lists (host tensors)."""
+        self._require_host("tolist")
+        name = self.dtype
+        item = self._itemsize
+        if name in ("complex64", "complex128"):
+            half = "f" if name == "complex64" else "d"
+            unpack = struct.Struct("<" + half * 2).unpack_from
+
+            def read(buf, off):
+                re, im = unpack(buf, off)
+                return complex(re, im)
+        elif name == "bfloat16":
+            u16 = struct.Struct("<H").unpack_from
+            f32 = struct.Struct("<f").unpack
+            u32 = struct.Struct("<I").pack
+
+            def read(buf, off):
+                return f32(u32(u16(buf, off)[0] << 16))[0]
+        else:
+            fmt = _dtypes.STRUCT_FORMATS.get(name)
+            if fmt is None:
+                raise TypeError("dlbridge: tolist() does not support dtype %s" % name)
+            s = struct.Struct("<" + fmt).unpack_from
+
+            def read(buf, off):
+                return s(buf, off)[0]
+        lo = hi = 0
+        if self.size:
+            for e, st in zip(self._shape, self._strides):
+                reach = (e - 1) * st * item
+                if reach < 0:
+                    lo += reach
+                else:
+                    hi += reach
+            hi += item
+        buf = (ctypes.c_char * max(hi - lo, 1)).from_address(self._ptr + lo)
+        base = -lo
+
+        def build(dim, off):
+            if dim == len(self._shape):
+                return read(buf, off)
+            st = self._strides[dim] * item
+            return [build(dim + 1, off + k * st) for k in range(self._shape[dim])]
+
+        return build(0, base)
+
+    def numpy(self):
+        """A NumPy array sharing this host tensor's memory."""
+        import numpy
+
+        return numpy.asarray(self)
+
+    # ---- Go-side operations ----
+
+    def fill_(self, value):
+        """Write value into every element (in Go); returns self."""
+        s = _scalar(value)
+        _lib.check(_lib.fill(self._handle(), ctypes.byref(s)))
+        self._refresh_stream()
+        return self
+
+    def sum(self):
+        """The sum of all elements, computed in Go: int for integer and bool
+        tensors (wrapping at 64 bits), float, or complex."""
+        s = _lib.Scalar()
+        _lib.check(_lib.sum_(self._handle(), ctypes.byref(s)))
+        if s.kind == 0 or s.kind == 4:
+            return s.i
+        if s.kind == 1:
+            return s.u
+        if s.kind == 3:
+            return complex(s.re, s.im)
+        return s.re
+
+    def copy_(self, src):
+        """Copy src (same shape; any dtype, converted) into self; returns self."""
+        if isinstance(src, Tensor):
+            _lib.check(_lib.copy(self._handle(), src._handle()))
+        else:
+            with asarray(src) as t:
+                _lib.check(_lib.copy(self._handle(), t._handle()))
+        self._refresh_stream()
+        return self
+
+    def _refresh_stream(self):
+        if self._dev[0] == CUDA:
+            info = _lib.Info()
+            _lib.check(_lib.info_get(self._handle(), ctypes.byref(info)))
+            self._stream = info.stream
+
+    def to(self, device, *, copy=False):
+        """This tensor on device: self when it is there already (unless
+        copy=True), else a new C-contiguous copy made in Go."""
+        want = _parse_device(device)
+        if want == self._dev and not copy:
+            return self
+        return _new(_lib.to, self._handle(), want[0], want[1])
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=0):
+        return self.to((CUDA, device))
+
+    def clone(self):
+        return self.to(self._dev, copy=True)
+
+    # ---- zero-copy views ----
+
+    def permute(self, *dims):
+        if len(dims) == 1 and not isinstance(dims[0], int):
+            dims = tuple(dims[0])
+        n = len(dims)
+        order = (ctypes.c_int32 * n)(*[operator.index(d) for d in dims]) if n else None
+        return _new(_lib.permute, self._handle(), n, order)
+
+    def transpose(self, dim0=None, dim1=None):
+        """Swap two dimensions, or reverse them all when none are given
+        (NumPy's a.T). No copy: the result shares memory."""
+        nd = len(self._shape)
+        if dim0 is None and dim1 is None:
+            return self.permute(tuple(range(nd - 1, -1, -1)))
+        if dim0 is None or dim1 is None:
+            raise TypeError("dlbridge: transpose() takes no dimensions or two")
+        order = list(range(nd))
+        for d in (dim0, dim1):
+            if not -nd <= d < nd:
+                raise IndexError("dlbridge: transpose: dim %d out of range for a %d-d tensor" % (d, nd))
+        a, b = dim0 % nd, dim1 % nd
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def __getitem__(self, key):
+        items = _index_items(key, len(self._shape))
+        n = len(items)
+        arr = (_lib.IndexItem * n)(*items) if n else None
+        return _new(_lib.index, self._handle(), n, arr)
+
+    def __setitem__(self, key, value):
+        with self[key] as view:
+            if isinstance(value, (int, float, complex, bool)) or (
+                    hasattr(value, "__float__") and not hasattr(value, "__len__")
+                    and not hasattr(value, "__dlpack__")):
+                view.fill_(value)
+            else:
+                view.copy_(value)
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(self._shape[0]):
+            yield self[i]
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError("dlbridge: item() needs a tensor with one element, this one has %d" % self.size)
+        return self.sum() if self._code[0] != 6 else bool(self.sum())
+
+
+def _scalar(value):
+    s = _lib.Scalar()
+    if isinstance(value, bool):
+        s.kind, s.i = 4, int(value)
+    elif isinstance(value, int) or (hasattr(value, "__index__") and not isinstance(value, float)):
+        v = operator.index(value)
+        if v > _INT64_MAX:
+            if v >= 2**64:
+                raise OverflowError("dlbridge: fill value %d does not fit 64 bits" % v)
+            s.kind, s.u = 1, v
+        elif v < _INT64_MIN:
+            raise OverflowError("dlbridge: fill value %d does not fit 64 bits" % v)
+        else:
+            s.kind, s.i = 0, v
+    elif isinstance(value, complex):
+        s.kind, s.re, s.im = 3, value.real, value.imag
+    elif isinstance(value, float) or hasattr(value, "__float__"):
+        s.kind, s.re = 2, float(value)
+    elif hasattr(value, "__complex__"):
+        z = complex(value)
+        s.kind, s.re, s.im = 3, z.real, z.imag
+    else:
+        raise TypeError("dlbridge: fill value must be a number, got %s" % type(value).__name__)
+    return s
+
+
+def _clamp(v):
+    return max(_INT64_MIN + 1, min(_INT64_MAX, v))
+
+
+def _index_items(key, ndim):
+    if not isinstance(key, tuple):
+        key = (key,)
+    consuming = 0
+    ellipses = 0
+    for k in key:
+        if k is Ellipsis:
+            ellipses += 1
+        elif k is not None:
+            consuming += 1
+    if ellipses > 1:
+        raise IndexError("dlbridge: an index can only have a single ellipsis ('...')")
+    if consuming > ndim:
+        raise IndexError("dlbridge: too many indices for a %d-d tensor: %d were given" % (ndim, consuming))
+    items = []
+    for k in key:
+        if k is Ellipsis:
+            for _ in range(ndim - consuming):
+                items.append(_lib.IndexItem(_lib.INDEX_SLICE, 0, _lib.OMIT, _lib.OMIT, 1))
+        elif k is None:
+            items.append(_lib.IndexItem(_lib.INDEX_NEWAXIS, 0, 0, 0, 0))
+        elif isinstance(k, slice):
+            try:
+                start = _lib.OMIT if k.start is None else _clamp(operator.index(k.start))
+                stop = _lib.OMIT if k.stop is None else _clamp(operator.index(k.stop))
+                step = 1 if k.step is None else _clamp(operator.index(k.step))
+            except TypeError:
+                raise TypeError("dlbridge: slice bounds must be integers or None, got %r" % (k,)) from None
+            if step == 0:
+                raise ValueError("dlbridge: slice step cannot be zero")
+            items.append(_lib.IndexItem(_lib.INDEX_SLICE, 0, start, stop, step))
+        elif isinstance(k, bool) or not hasattr(k, "__index__"):
+            raise TypeError(
+                "dlbridge: only integers, slices (`:`), None and ellipsis (`...`) are valid "
+                "indices (basic indexing, no copies); got %s" % type(k).__name__)
+        else:
+            items.append(_lib.IndexItem(_lib.INDEX_INT, 0, _clamp(operator.index(k)), 0, 0))
+    return items
+
+
+# ---- constructors ----
+
+def empty(shape, dtype="float32", device="cpu"):
+    """A new uninitialized tensor allocated by Go (C heap or cuMemAlloc)."""
+    dims = _shape_arg(shape)
+    dev = _parse_device(device)
+    return _new(_lib.empty, _dtype_bytes(dtype), len(dims), _i64_array(dims), dev[0], dev[1], 0)
+
+
+def zeros(shape, dtype="float32", device="cpu"):
+    """A new zero-filled tensor allocated by Go."""
+    dims = _shape_arg(shape)
+    dev = _parse_device(device)
+    return _new(_lib.empty, _dtype_bytes(dtype), len(dims), _i64_array(dims), dev[0], dev[1], 1)
+
+
+def arange(n, dtype="int64", device="cpu"):
+    """0, 1, ..., n-1 as a 1-d tensor made in Go (int64 by default, as in
+    NumPy and PyTorch)."""
+    dev = _parse_device(device)
+    return _new(_lib.arange, operator.index(n), _dtype_bytes(dtype), dev[0], dev[1])
+
+
+def _dtype_bytes(dtype):
+    return _dtypes.name(*_dtypes.parse(dtype)).encode()
+
+
+def cuda_available():
+    """Whether a CUDA driver and at least one device were found."""
+    return _lib.cuda_device_count() > 0
+
+
+def cuda_device_count():
+    return _lib.cuda_device_count()
+
+
+def debug_stats():
+    """Counters for tests: live tensor handles, live DLPack exports, and
+    how many of our DLPack deleters ran."""
+    a, b, c = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+    _lib.stats(ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
+    return {"live_tensors": a.value, "live_exports": b.value, "deleter_calls": c.value}
+
+
+# ---- consumers ----
+
+def _take_capsule(cap):
+    """Consume a DLPack capsule: check and rename it, hand the pointer to Go."""
+    name = _lib.PyCapsule_GetName(cap)
+    if name == b"dltensor_versioned":
+        versioned = 1
+    elif name == b"dltensor":
+        versioned = 0
+    elif name in (b"used_dltensor", b"used_dltensor_versioned"):
+        raise ValueError(
+            "dlbridge: this DLPack capsule was already consumed (it is named %r); "
+            "a capsule can be imported only once: call __dlpack__() again for a new one"
+            % name.decode())
+    else:
+        raise TypeError("dlbridge: a capsule named %r is not a DLPack capsule" % (name,))
+    ptr = _lib.PyCapsule_GetPointer(cap, name)
+    if not ptr:
+        raise ValueError("dlbridge: DLPack capsule holds a NULL pointer")
+    # Ours now: rename first, so that the capsule's destructor will not run
+    # the deleter that Go now owns (Go runs it even if the import fails).
+    _lib.PyCapsule_SetName(cap, _lib.NAME_USED_VERSIONED if versioned else _lib.NAME_USED_LEGACY)
+    return _new(_lib.import_, ptr, versioned, 1)
+
+
+def from_dlpack(obj, *, device=None, copy=None):
+    """A dlbridge.Tensor from any __dlpack__ producer or a DLPack capsule,
+    zero-copy unless a copy is asked for (copy=True) or needed (device
+    differs). copy=False makes a needed copy a BufferError."""
+    want = _parse_device(device)
+    if isinstance(obj, CapsuleType):
+        t = _take_capsule(obj)
+    else:
+        producer = getattr(obj, "__dlpack__", None)
+        if producer is None:
+            raise TypeError(
+                "dlbridge.from_dlpack: %s has no __dlpack__ method and is not a DLPack capsule"
+                % type(obj).__name__)
+        src = obj.__dlpack_device__()
+        src = (int(src[0]), int(src[1]))
+        stream = _lib.work_stream(src[1]) if src[0] == CUDA else None
+        kwargs = {"stream": stream, "max_version": (1, 3)}
+        if want is not None and want != src:
+            kwargs["dl_device"] = want
+        if copy is not None:
+            kwargs["copy"] = copy
+        try:
+            cap = producer(**kwargs)
+        except TypeError:
+            # A producer older than DLPack 1.0 (NumPy < 2, PyTorch < 2.3):
+            # no max_version, dl_device or copy; it makes a legacy capsule.
+            cap = producer(stream=stream) if stream is not None else producer()
+        except BufferError:
+            if "dl_device" not in kwargs or copy is False:
+                raise
+            # The producer cannot copy across devices: take it as it is and
+            # copy in Go below.
+            del kwargs["dl_device"]
+            kwargs.pop("copy", None)
+            cap = producer(**kwargs)
+        t = _take_capsule(cap)
+    if want is not None and t._dev != want:
+        if copy is False:
+            where = t.device
+            t.close()
+            raise BufferError(
+                "dlbridge.from_dlpack: the tensor is on %s, device=%s was asked for, and "
+                "copy=False forbids the copy" % (where, _device_name(want)))
+        moved = t.to(want)
+        t.close()
+        return moved
+    if copy is True and not t.is_copy:
+        c = t.clone()
+        t.close()
+        return c
+    return t
+
+
+def _from_interface(obj, d, kind):
+    """A tensor over memory described by __cuda_array_interface__ (kind 0)
+    or __array_interface__ (kind 1); it keeps obj alive."""
+    data = d.get("data")
+    if kind == 1 and data is None:
+        return _from_buffer(obj)
+    if not isinstance(data, tuple) or len(data) != 2:
+        raise BufferError("dlbridge: interface 'data' must be a (pointer, read_only) tuple, got %r" % (data,))
+    ptr, ro = data
+    shape = tuple(int(e) for e in d["shape"])
+    nd = len(shape)
+    if nd > _lib.MAX_NDIM:
+        raise ValueError("dlbridge: %d dimensions, at most %d" % (nd, _lib.MAX_NDIM))
+    strides = d.get("strides")
+    st = None
+    if strides is not None:
+        if len(strides) != nd:
+            raise BufferError("dlbridge: interface has %d strides for %d dimensions" % (len(strides), nd))
+        st = _i64_array(tuple(int(s) for s in strides))
+    stream = d.get("stream") if kind == 0 else None
+    version = int(d.get("version", 3))
+    typestr = d["typestr"]
+    if isinstance(typestr, str):
+        typestr = typestr.encode()
+    _lib.Py_IncRef(obj)  # the tensor's owner drops it when the memory is released
+    return _new(_lib.from_memory, kind, int(ptr or 0), int(bool(ro)), typestr, nd, _i64_array(shape),
+                st, version, int(stream is not None), int(stream or 0), int(d.get("mask") is not None),
+                CUDA if kind == 0 else CPU, -1 if kind == 0 else 0, id(obj))
+
+
+def _from_buffer(obj):
+    """A host tensor over obj's memory through the buffer protocol."""
+    mv = obj if isinstance(obj, memoryview) else memoryview(obj)
+    buf = _lib.PyBuffer()
+    _lib.PyObject_GetBuffer(mv, ctypes.byref(buf), _lib.PyBUF_RECORDS_RO)
+    try:
+        nd = buf.ndim
+        shape = tuple(buf.shape[i] for i in range(nd)) if nd else ()
+        strides = tuple(buf.strides[i] for i in range(nd)) if (nd and buf.strides) else None
+        fmt = buf.format.decode() if buf.format else "B"
+        itemsize, ptr, ro = buf.itemsize, buf.buf or 0, buf.readonly
+    finally:
+        _lib.PyBuffer_Release(ctypes.byref(buf))
+    typestr = _dtypes.typestr_of_format(fmt, itemsize).encode()
+    st = _i64_array(strides) if strides is not None else None
+    # The memoryview holds the buffer export: the tensor keeps it alive.
+    _lib.Py_IncRef(mv)
+    return _new(_lib.from_memory, 1, ptr, int(bool(ro)), typestr, nd, _i64_array(shape), st, 3,
+                0, 0, 0, CPU, 0, id(mv))
+
+
+def asarray(obj):
+    """A dlbridge.Tensor sharing obj's memory: through DLPack first, then
+    __cuda_array_interface__, then __array_interface__ or the buffer
+    protocol. A dlbridge.Tensor comes back as it is."""
+    if isinstance(obj, Tensor):
+        return obj
+    first_error = None
+    if isinstance(obj, CapsuleType):
+        return from_dlpack(obj)
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return from_dlpack(obj)
+        except (BufferError, TypeError, ValueError, RuntimeError) as e:
+            first_error = e  # e.g. NumPy 1.24 refuses bool and read-only arrays
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _from_interface(obj, cai, 0)
+    ai = getattr(obj, "__array_interface__", None)
+    if ai is not None:
+        return _from_interface(obj, ai, 1)
+    try:
+        memoryview(obj).release()
+        has_buffer = True
+    except TypeError:
+        has_buffer = False
+    if has_buffer:
+        return _from_buffer(obj)
+    if first_error is not None:
+        raise first_error
+    raise TypeError(
+        "dlbridge.asarray: %s supports none of DLPack, __cuda_array_interface__, "
+        "__array_interface__ or the buffer protocol" % type(obj).__name__)
