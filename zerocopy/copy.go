@@ -233,10 +233,10 @@ func rowCopier(d, s unsafe.Pointer, is, ds, ss int64) rowFunc {
 func stridedRow[E any](d, s unsafe.Pointer, n, ds, ss int64) {
 	sz := int64(unsafe.Sizeof(*new(E)))
 	db, sb := ds*sz, ss*sz
-	for range n {
-		// Sound: the caller keeps n elements at these strides inside the spans.
-		*(*E)(d) = *(*E)(s)
-		d, s = unsafe.Add(d, db), unsafe.Add(s, sb)
+	for i := range n {
+		// Sound: the caller keeps n elements at these strides inside the
+		// spans; no address past the last element is ever formed.
+		*(*E)(unsafe.Add(d, i*db)) = *(*E)(unsafe.Add(s, i*sb))
 	}
 }
 
