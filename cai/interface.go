@@ -353,18 +353,29 @@ func (i *Interface) ElementStrides() ([]int64, error) {
 	if i.Strides == nil {
 		return nil, nil
 	}
-	out := make([]int64, len(i.Strides))
-	if err := i.fillElementStrides(out); err != nil {
-		return nil, err
+	return i.AppendElementStrides(make([]int64, 0, len(i.Strides)))
+}
+
+// AppendElementStrides is ElementStrides appending to dst, so that callers
+// can convert into a buffer of their own. With nil Strides it returns dst
+// unchanged.
+func (i *Interface) AppendElementStrides(dst []int64) ([]int64, error) {
+	if i.Strides == nil {
+		return dst, nil
 	}
-	return out, nil
+	if len(i.Strides) != len(i.Shape) {
+		return dst, fmt.Errorf("%w: %d strides for %d dimensions", ErrStrides, len(i.Strides), len(i.Shape))
+	}
+	start := len(dst)
+	dst = append(dst, i.Strides...)
+	if err := i.fillElementStrides(dst[start:]); err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
 }
 
 // fillElementStrides is ElementStrides into out (len(out) == ndim).
 func (i *Interface) fillElementStrides(out []int64) error {
-	if len(i.Strides) != len(i.Shape) || len(out) != len(i.Shape) {
-		return fmt.Errorf("%w: %d strides for %d dimensions", ErrStrides, len(i.Strides), len(i.Shape))
-	}
 	itemSize, err := i.ItemSize()
 	if err != nil {
 		return err

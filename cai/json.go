@@ -28,7 +28,7 @@ const maxJSONDepth = 64
 
 // MarshalJSON implements json.Marshaler with AppendJSON.
 func (i Interface) MarshalJSON() ([]byte, error) {
-	return i.AppendJSON(make([]byte, 0, 160))
+	return i.AppendJSON(make([]byte, 0, 256))
 }
 
 // AppendJSON appends the JSON form of i to dst. It encodes whatever i
@@ -584,12 +584,36 @@ func (d *decoder) int(what string) (int64, error) {
 		d.pos = at
 		return 0, d.errorf("%s must be an integer, found %s", what, text)
 	}
+	if v, ok := smallInt(text); ok {
+		return v, nil
+	}
 	v, err := strconv.ParseInt(string(text), 10, 64)
 	if err != nil {
 		d.pos = at
 		return 0, d.errorf("%s value %s does not fit int64", what, text)
 	}
 	return v, nil
+}
+
+// smallInt converts the text of a JSON integer of at most 18 digits, which
+// cannot overflow int64, without strconv; longer ones report false.
+func smallInt(text []byte) (int64, bool) {
+	neg := text[0] == '-'
+	digits := text
+	if neg {
+		digits = text[1:]
+	}
+	if len(digits) > 18 {
+		return 0, false
+	}
+	var v int64
+	for _, c := range digits {
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 func (d *decoder) uint(what string) (uint64, error) {
@@ -609,6 +633,9 @@ func (d *decoder) uint(what string) (uint64, error) {
 		}
 		d.pos = at
 		return 0, d.errorf("%s must not be negative, found %s", what, text)
+	}
+	if v, ok := smallInt(text); ok {
+		return uint64(v), nil
 	}
 	v, err := strconv.ParseUint(string(text), 10, 64)
 	if err != nil {
