@@ -134,6 +134,11 @@ func Export(t *Tensor, req ExportRequest) (unsafe.Pointer, error) {
 		if v.ReadOnly() && !req.Versioned {
 			return nil, Errorf(BufferError, "dlbridge: __dlpack__: tensor is read-only and the consumer asked for a legacy (unversioned) DLPack capsule, which cannot say so; use max_version=(1, 0) or later, or copy=True")
 		}
+		if !req.Versioned && hasNegativeStride(v) {
+			// PyTorch before 2.0 aborts the whole process (an uncaught C++
+			// exception) on such a capsule; legacy consumers are that old.
+			return nil, Errorf(BufferError, "dlbridge: __dlpack__: negative strides %v in a legacy (unversioned) DLPack capsule are refused: PyTorch < 2 aborts the process on them; ask with max_version=(1, 0) or later, copy=True, or use the array interface", v.Strides())
+		}
 		if err := orderBefore(t, req); err != nil {
 			return nil, err
 		}
@@ -156,6 +161,16 @@ func Export(t *Tensor, req ExportRequest) (unsafe.Pointer, error) {
 	defer c.Close()
 	// The copy is ours alone: writable, and flagged as a copy.
 	return exportView(c, req.Versioned, dlpack.FlagIsCopied)
+}
+
+func hasNegativeStride(v *zerocopy.View) bool {
+	shape := v.Shape()
+	for i, s := range v.Strides() {
+		if s < 0 && shape[i] > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 func checkConsumerStream(d dlpack.Device, req ExportRequest) error {

@@ -278,7 +278,9 @@ class Tensor:
             "shape": self._shape,
             "typestr": typestr,
             "descr": [("", typestr)],
-            "data": (ptr if self.size else 0, self.readonly),
+            # CAI asks for 0 as the pointer of zero-size arrays; NumPy
+            # refuses a NULL pointer, and ours is never NULL.
+            "data": (ptr if (self.size or not cuda) else 0, self.readonly),
             "version": 3,
             "strides": None,
         }
@@ -318,9 +320,10 @@ class Tensor:
         if fmt is None:
             raise BufferError("dlbridge: dtype %s has no buffer-protocol format" % self.dtype)
         ptr = self._pinned()
-        raw = (ctypes.c_char * max(self.nbytes, 1)).from_address(ptr)
-        # ctypes keeps objects put in _objects alive as long as raw lives.
-        raw._objects = {"dlbridge.Tensor": self}
+        # A subclass instance has a __dict__: the buffer keeps this tensor
+        # (and its pin on the memory) alive as long as any view of it.
+        raw = type("_TensorBytes", (ctypes.c_char * max(self.nbytes, 1),), {}).from_address(ptr)
+        raw.tensor = self
         mv = memoryview(raw).cast("B")[: self.nbytes].cast(fmt, self._shape)
         return mv.toreadonly() if self.readonly else mv
 
@@ -754,6 +757,15 @@ def asarray(obj):
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         return _from_interface(obj, cai, 0)
+    if first_error is not None and type(obj).__module__.startswith("torch") and hasattr(obj, "numpy"):
+        # PyTorch < 2 exports no bool through DLPack, but NumPy's view of a
+        # CPU tensor shares its memory (and keeps it alive).
+        try:
+            a = obj.detach().numpy()
+        except (RuntimeError, TypeError):
+            a = None
+        if a is not None:
+            return _from_interface(a, a.__array_interface__, 1)
     ai = getattr(obj, "__array_interface__", None)
     if ai is not None:
         return _from_interface(obj, ai, 1)
