@@ -204,15 +204,24 @@ func (t Typestr) checkSupported(orig string) error {
 // plain opaque void, not bfloat16); and the kinds O S U m M t.
 // Records (V with a descr) are handled by Interface.DataType.
 func (t Typestr) DataType() (dlpack.DataType, error) {
-	orig := t.String()
-	if err := t.checkSupported(orig); err != nil {
-		return dlpack.DataType{}, err
+	dt, ok := t.dataType()
+	if ok {
+		return dt, nil
 	}
-	bits := t.Size * 8
+	return dlpack.DataType{}, t.dataTypeError()
+}
+
+// dataType is the successful half of DataType, kept free of allocations
+// (the error text is built only when needed).
+func (t Typestr) dataType() (dlpack.DataType, bool) {
+	if t.Order == BigEndian && t.ItemSize() > 1 {
+		return dlpack.DataType{}, false
+	}
+	bits := uint8(t.Size * 8)
 	switch t.Kind {
 	case 'b':
 		if t.Size == 1 {
-			return dlpack.BoolType, nil
+			return dlpack.BoolType, true
 		}
 	case 'i', 'u':
 		if t.Size == 1 || t.Size == 2 || t.Size == 4 || t.Size == 8 {
@@ -220,32 +229,46 @@ func (t Typestr) DataType() (dlpack.DataType, error) {
 			if t.Kind == 'u' {
 				code = dlpack.UInt
 			}
-			return dlpack.DataType{Code: code, Bits: uint8(bits), Lanes: 1}, nil
+			return dlpack.DataType{Code: code, Bits: bits, Lanes: 1}, true
 		}
 	case 'f':
 		if t.Size == 2 || t.Size == 4 || t.Size == 8 {
-			return dlpack.DataType{Code: dlpack.Float, Bits: uint8(bits), Lanes: 1}, nil
-		}
-		if t.Size == 12 || t.Size == 16 {
-			return dlpack.DataType{}, fmt.Errorf("%w: typestr %q is NumPy's long double (x87 extended precision), which DLPack cannot represent", ErrUnsupported, orig)
+			return dlpack.DataType{Code: dlpack.Float, Bits: bits, Lanes: 1}, true
 		}
 	case 'c':
 		if t.Size == 8 || t.Size == 16 {
-			return dlpack.DataType{Code: dlpack.Complex, Bits: uint8(bits), Lanes: 1}, nil
-		}
-		if t.Size == 24 || t.Size == 32 {
-			return dlpack.DataType{}, fmt.Errorf("%w: typestr %q is NumPy's complex long double, which DLPack cannot represent", ErrUnsupported, orig)
+			return dlpack.DataType{Code: dlpack.Complex, Bits: bits, Lanes: 1}, true
 		}
 	case 'V':
 		if t.Size == 2 && t.Order == LittleEndian {
-			return dlpack.Bfloat16Type, nil
+			return dlpack.Bfloat16Type, true
 		}
-		if t.Size == 1 {
-			return dlpack.DataType{}, fmt.Errorf("%w: typestr %q is an opaque 1-byte type (ml_dtypes writes it for every float8, float6, float4 and int4 type, so which one is unknown); set Typestr to \"|u1\" to import the raw bytes", ErrUnsupported, orig)
-		}
-		return dlpack.DataType{}, fmt.Errorf("%w: typestr %q is an opaque %d-byte void type with no fields: no DLPack data type (only \"<V2\", PyTorch's bfloat16, is mapped)", ErrUnsupported, orig, t.Size)
 	}
-	return dlpack.DataType{}, fmt.Errorf("%w: typestr %q: kind %q has no %d-byte type", ErrUnsupported, orig, rune(t.Kind), t.Size)
+	return dlpack.DataType{}, false
+}
+
+// dataTypeError says why t has no DLPack data type.
+func (t Typestr) dataTypeError() error {
+	orig := t.String()
+	if err := t.checkSupported(orig); err != nil {
+		return err
+	}
+	switch t.Kind {
+	case 'f':
+		if t.Size == 12 || t.Size == 16 {
+			return fmt.Errorf("%w: typestr %q is NumPy's long double (x87 extended precision), which DLPack cannot represent", ErrUnsupported, orig)
+		}
+	case 'c':
+		if t.Size == 24 || t.Size == 32 {
+			return fmt.Errorf("%w: typestr %q is NumPy's complex long double, which DLPack cannot represent", ErrUnsupported, orig)
+		}
+	case 'V':
+		if t.Size == 1 {
+			return fmt.Errorf("%w: typestr %q is an opaque 1-byte type (ml_dtypes writes it for every float8, float6, float4 and int4 type, so which one is unknown); set Typestr to \"|u1\" to import the raw bytes", ErrUnsupported, orig)
+		}
+		return fmt.Errorf("%w: typestr %q is an opaque %d-byte void type with no fields: no DLPack data type (only \"<V2\", PyTorch's bfloat16, is mapped)", ErrUnsupported, orig, t.Size)
+	}
+	return fmt.Errorf("%w: typestr %q: kind %q has no %d-byte type", ErrUnsupported, orig, rune(t.Kind), t.Size)
 }
 
 // Common typestrs, shared so that decoding and encoding the usual types

@@ -38,7 +38,7 @@ func (v *View) CUDAArrayInterface() (cai.Interface, error) {
 // same pointer, byte strides (None when C-contiguous), read-only from the
 // view. A view with a pending write on a CUDA stream is refused: the host
 // array interface has no way to make its consumer wait, so synchronize
-// first (and clear the view's stream with SetStream(0)).
+// first (View.Synchronize waits for the write and clears the stream).
 func (v *View) ArrayInterface() (cai.Interface, error) {
 	if err := v.check(); err != nil {
 		return cai.Interface{}, err
@@ -47,7 +47,7 @@ func (v *View) ArrayInterface() (cai.Interface, error) {
 		return cai.Interface{}, fmt.Errorf("zerocopy: ArrayInterface: memory on %s is not host-accessible (use CUDAArrayInterface for device memory)", v.device)
 	}
 	if v.stream != 0 {
-		return cai.Interface{}, fmt.Errorf("zerocopy: ArrayInterface: the view has a pending write on stream %#x; synchronize it before handing the memory to a host consumer", v.stream)
+		return cai.Interface{}, fmt.Errorf("zerocopy: ArrayInterface: the view has a pending write on stream %#x; call Synchronize before handing the memory to a host consumer", v.stream)
 	}
 	return v.caiExport(cai.Host, "ArrayInterface")
 }
