@@ -75,8 +75,4 @@ void dlb_call_deleter(void *mt, int versioned);
 // bytes, zeroed when zero is set, or NULL.
 void *dlb_alloc_host(size_t n, int zero);
 void dlb_free_host(void *p);
-
-// dlb_export_alloc allocates a managed tensor (with room for ndim extents
-// and strides after it) whose deleter frees it and releases export id.
-void *dlb_export_alloc(int versioned, int32_t ndim, uint64_t id);
 #endif

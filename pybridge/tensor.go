@@ -69,12 +69,17 @@ func CloseTensor(h Handle) error {
 // LiveTensors is the number of open tensor handles.
 func LiveTensors() int { return tensors.Len() }
 
-// LiveExports is the number of exported DLPack tensors whose deleter has
-// not run yet.
-func LiveExports() int { return exports.Len() }
+// LiveExports is the number of DLPack tensors exported by this process
+// (through Export or zerocopy's ToDLPack) whose deleter has not run yet.
+func LiveExports() int { return dlpack.LiveExports() }
 
-// DeleterCalls is the number of deleters of our DLPack exports that ran.
-func DeleterCalls() int64 { return deleterCalls.Load() }
+// exportsMade counts the DLPack tensors Export handed out.
+var exportsMade atomic.Int64
+
+// DeleterCalls is the number of Export's tensors whose deleter has run:
+// exports made minus exports alive, exact when every DLPack export of the
+// process goes through Export (as in libdlbridge).
+func DeleterCalls() int64 { return exportsMade.Load() - int64(dlpack.LiveExports()) }
 
 // CopyMode is the copy argument of __dlpack__ and from_dlpack.
 type CopyMode int32
@@ -142,25 +147,15 @@ func Export(t *Tensor, req ExportRequest) (unsafe.Pointer, error) {
 		if err := orderBefore(t, req); err != nil {
 			return nil, err
 		}
-		var flags dlpack.Flags
-		if v.ReadOnly() {
-			flags |= dlpack.FlagReadOnly
-		}
-		if v.Copied() {
-			flags |= dlpack.FlagIsCopied
-		}
-		if v.Padded() {
-			flags |= dlpack.FlagSubbyteTypePadded
-		}
-		return exportView(v, req.Versioned, flags)
+		return exportView(v, req.Versioned, false)
 	}
 	c, err := copyTo(t, dst)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	// The copy is ours alone: writable, and flagged as a copy.
-	return exportView(c, req.Versioned, dlpack.FlagIsCopied)
+	// The copy is the consumer's alone: writable, and flagged as a copy.
+	return exportView(c, req.Versioned, true)
 }
 
 func hasNegativeStride(v *zerocopy.View) bool {
@@ -210,9 +205,24 @@ func orderBefore(t *Tensor, req ExportRequest) error {
 	return streamWait(t.View.Device(), pending, consumer)
 }
 
-// exportView is the export with pybridge's flags; see dlpack_local.go.
-func exportView(v *zerocopy.View, versioned bool, flags dlpack.Flags) (unsafe.Pointer, error) {
-	return exportLocal(v, versioned, flags)
+// exportView hands v out through zerocopy (flags READ_ONLY, IS_COPIED and
+// IS_SUBBYTE_TYPE_PADDED from the view, IS_COPIED also when copied).
+func exportView(v *zerocopy.View, versioned, copied bool) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	var err error
+	switch {
+	case !versioned:
+		p, err = v.ToDLPackLegacy()
+	case copied:
+		p, err = v.ToDLPack(zerocopy.DLPackCopied())
+	default:
+		p, err = v.ToDLPack()
+	}
+	if err != nil {
+		return nil, WithCode(BufferError, err)
+	}
+	exportsMade.Add(1)
+	return p, nil
 }
 
 // Import takes ownership of a DLManagedTensorVersioned* (versioned) or a
@@ -225,6 +235,11 @@ func exportView(v *zerocopy.View, versioned bool, flags dlpack.Flags) (unsafe.Po
 func Import(p unsafe.Pointer, versioned, gil bool) (*zerocopy.View, error) {
 	if p == nil {
 		return nil, Errorf(ValueError, "dlbridge: DLPack import of a NULL pointer")
+	}
+	if _, ours := zerocopy.DLPackOwner(p); ours {
+		// One of our own exports coming back: its deleter is Go code that
+		// needs no GIL, and p is Go memory that must not be handed to C.
+		gil = false
 	}
 	if gil && C.dlb_py_init() != 0 {
 		major := uint32(1)
@@ -240,7 +255,13 @@ func Import(p unsafe.Pointer, versioned, gil bool) (*zerocopy.View, error) {
 			p = s
 		}
 	}
-	v, err := importLocal(p, versioned)
+	var v *zerocopy.View
+	var err error
+	if versioned {
+		v, err = zerocopy.FromDLPackVersioned(p)
+	} else {
+		v, err = zerocopy.FromDLPackLegacy(p)
+	}
 	if err != nil {
 		return nil, WithCode(BufferError, err)
 	}
@@ -272,3 +293,10 @@ func WrapPython(s zerocopy.Spec, obj unsafe.Pointer) (*zerocopy.View, error) {
 // PyDecRef drops a reference to a PyObject*, holding the GIL (taken if
 // needed); after the interpreter has finalized it does nothing.
 func PyDecRef(obj unsafe.Pointer) { C.dlb_py_decref(obj) }
+
+func boolInt(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
