@@ -242,8 +242,8 @@ func (im *Imported) fill(t *DLTensor, flags Flags, dims []int64, nullStridesOK b
 	if numel != 0 {
 		// lo < 0 only with negative strides; ^lo+1 is -lo without overflow.
 		if lo < 0 && uint64(^lo)+1 > uint64(ptr) {
-			return fieldErr("dl_tensor.strides", "negative strides reach "+itoa(lo)+
-				" bytes below data + byte_offset, beyond address 0")
+			return fieldErr("dl_tensor.strides", "negative strides reach "+strconv.FormatUint(uint64(^lo)+1, 10)+
+				" bytes below data + byte_offset (0x"+strconv.FormatUint(uint64(ptr), 16)+"), past address 0")
 		}
 		if uint64(hi) > uint64(^uintptr(0)-ptr) {
 			return fieldErr("dl_tensor.strides", "the tensor spans "+itoa(hi)+

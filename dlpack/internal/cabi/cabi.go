@@ -67,6 +67,9 @@ func (r Record) Calls() int64 { return int64(C.cabi_record_calls(r.p)) }
 // Data is the tensor's data pointer (without byte_offset), 0 if NULL.
 func (r Record) Data() uintptr { return uintptr(r.p.data) }
 
+// DataPointer is Data as a pointer, for reading the C memory in tests.
+func (r Record) DataPointer() unsafe.Pointer { return r.p.data }
+
 // Free releases the record (after the test is done with the tensor).
 func (r Record) Free() { C.cabi_free_record(r.p) }
 

@@ -1,0 +1,179 @@
+package zerocopy
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/dlpack"
+)
+
+// dlpackImport is everything an imported view needs, in one allocation: the
+// View, its Owner, the DLPack handle whose Release runs the producer's
+// deleter, and shape and strides for up to dlpack.InlineDims dimensions.
+// The view points into the struct (owner, dims), which keeps it alive.
+type dlpackImport struct {
+	view  View
+	owner Owner
+	im    dlpack.Imported
+	dims  [2 * dlpack.InlineDims]int64
+}
+
+// FromDLPackVersioned takes over p, a DLManagedTensorVersioned* handed over
+// by a producer, as a zero-copy view: the view's pointer is data +
+// byte_offset, and its Owner calls the producer's deleter exactly once when
+// the last view over the memory is closed (a NULL deleter is legal).
+//
+// Every field is validated first (dlpack.Imported.FromVersioned); errors
+// wrap a *dlpack.FieldError naming the C field. A rejected tensor's deleter
+// has already run when the error comes back, so the caller never frees p.
+//
+// The view is Foreign, ReadOnly when READ_ONLY is set, Copied when
+// IS_COPIED is set, Padded when IS_SUBBYTE_TYPE_PADDED is set, and has no
+// pending stream (the DLPack stream handshake happens before the producer
+// hands p over). Up to dlpack.InlineDims dimensions cost one allocation.
+func FromDLPackVersioned(p unsafe.Pointer) (*View, error) {
+	b := new(dlpackImport)
+	if err := b.im.FromVersioned(p, b.dims[:]); err != nil {
+		return nil, fmt.Errorf("zerocopy: FromDLPackVersioned: %w", err)
+	}
+	return b.finish("dlpack import"), nil
+}
+
+// FromDLPackLegacy is FromDLPackVersioned for a legacy DLManagedTensor*:
+// no version, no flags (the view is writable), NULL strides mean compact
+// row-major.
+func FromDLPackLegacy(p unsafe.Pointer) (*View, error) {
+	b := new(dlpackImport)
+	if err := b.im.FromLegacy(p, b.dims[:]); err != nil {
+		return nil, fmt.Errorf("zerocopy: FromDLPackLegacy: %w", err)
+	}
+	return b.finish("dlpack legacy import"), nil
+}
+
+// finish builds the view over a validated import without further
+// allocations: the owner, shape and strides all live in b.
+func (b *dlpackImport) finish(label string) *View {
+	b.owner.Init(&b.im, label) // the last release calls the producer's deleter
+	d := &b.im.Desc
+	v := &b.view
+	v.ptr, v.device, v.dtype = d.Data, d.Device, d.DType
+	v.shape, v.strides = d.Shape, d.Strides
+	v.readOnly = d.Flags&dlpack.FlagReadOnly != 0
+	v.copied = d.Flags&dlpack.FlagIsCopied != 0
+	v.padded = d.Flags&dlpack.FlagSubbyteTypePadded != 0
+	v.foreign = true
+	v.owner = &b.owner
+	trackLeak(v)
+	return v
+}
+
+// DLPackOption adjusts what ToDLPack hands out.
+type DLPackOption func(*dlpack.Flags)
+
+// DLPackReadOnly marks the exported tensor READ_ONLY even when the view is
+// writable: the consumer gets read access only.
+func DLPackReadOnly() DLPackOption {
+	return func(f *dlpack.Flags) { *f |= dlpack.FlagReadOnly }
+}
+
+// DLPackCopied marks the exported tensor IS_COPIED: the caller made this
+// memory for the consumer alone, which may then write it freely.
+func DLPackCopied() DLPackOption {
+	return func(f *dlpack.Flags) { *f |= dlpack.FlagIsCopied }
+}
+
+// ownerRef is a reference on an Owner, as the dlpack.Releaser that an
+// export holds until the consumer's deleter runs. A pointer conversion from
+// *Owner, so handing it over costs no allocation.
+type ownerRef Owner
+
+// Release drops the export's reference (an error would mean a double
+// release, which the export table already rules out).
+func (r *ownerRef) Release() { _ = (*Owner)(r).Release() }
+
+// ToDLPack exports v as a DLManagedTensorVersioned* for a C consumer, which
+// must call its deleter exactly once when done (from any thread). The
+// tensor has v's pointer (byte_offset 0), device, dtype, shape and strides
+// (always filled), version dlpack.CurrentVersion, and flags READ_ONLY,
+// IS_COPIED and IS_SUBBYTE_TYPE_PADDED from the view and opts.
+//
+// The export takes a reference on v's owner, released by the deleter, so
+// the memory outlives v.Close if the consumer still holds it. A closed or
+// released view is refused.
+//
+// ToDLPack does not order streams: when v.Stream() has a pending write,
+// the caller makes the consumer's stream wait for it first (the
+// __dlpack__(stream=...) handshake).
+func (v *View) ToDLPack(opts ...DLPackOption) (unsafe.Pointer, error) {
+	flags := v.dlpackFlags()
+	for _, o := range opts {
+		o(&flags)
+	}
+	return v.toDLPack(flags, false)
+}
+
+// ToDLPackLegacy exports v as a legacy DLManagedTensor* (for consumers that
+// predate DLPack 1.0). A legacy tensor cannot say read-only or padded, so
+// such views are refused rather than handed out as writable or packed.
+func (v *View) ToDLPackLegacy() (unsafe.Pointer, error) {
+	if v.readOnly {
+		return nil, fmt.Errorf("zerocopy: ToDLPackLegacy: the view is read-only and a legacy DLManagedTensor cannot say so (use ToDLPack)")
+	}
+	if v.padded && v.dtype.IsSubByte() {
+		return nil, fmt.Errorf("zerocopy: ToDLPackLegacy: padded %s elements cannot be described by a legacy DLManagedTensor (use ToDLPack)", v.dtype)
+	}
+	return v.toDLPack(0, true)
+}
+
+func (v *View) dlpackFlags() dlpack.Flags {
+	var f dlpack.Flags
+	if v.readOnly {
+		f |= dlpack.FlagReadOnly
+	}
+	if v.copied {
+		f |= dlpack.FlagIsCopied
+	}
+	if v.padded {
+		f |= dlpack.FlagSubbyteTypePadded
+	}
+	return f
+}
+
+func (v *View) toDLPack(flags dlpack.Flags, legacy bool) (unsafe.Pointer, error) {
+	if err := v.check(); err != nil {
+		return nil, err
+	}
+	if err := v.owner.Retain(); err != nil {
+		return nil, err
+	}
+	d := dlpack.Desc{Data: v.ptr, Device: v.device, DType: v.dtype, Shape: v.shape,
+		Strides: v.strides, Flags: flags}
+	var p unsafe.Pointer
+	var err error
+	if legacy {
+		p, err = dlpack.ExportLegacy(&d, (*ownerRef)(v.owner))
+	} else {
+		p, err = dlpack.Export(&d, (*ownerRef)(v.owner))
+	}
+	if err != nil {
+		v.owner.Release() // the export took nothing
+		return nil, fmt.Errorf("zerocopy: ToDLPack: %w", err)
+	}
+	return p, nil
+}
+
+// DLPackOwner reports whether p is a DLManagedTensorVersioned* or
+// DLManagedTensor* that ToDLPack or ToDLPackLegacy made and whose deleter
+// has not run, and returns the Owner it keeps alive. Bridges use it to
+// recognise their own tensors coming back.
+func DLPackOwner(p unsafe.Pointer) (*Owner, bool) {
+	r, ok := dlpack.LookupExport(p)
+	if !ok {
+		return nil, false
+	}
+	o, ok := r.(*ownerRef)
+	if !ok {
+		return nil, false
+	}
+	return (*Owner)(o), true
+}
