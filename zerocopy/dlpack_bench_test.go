@@ -83,4 +83,3 @@ func BenchmarkDLPackRoundTrip(b *testing.B) {
 		w.Close()
 	}
 }
-
