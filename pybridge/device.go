@@ -12,27 +12,36 @@ import (
 	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
-// gpu is the CUDA side of the Go operations; nil when no CUDA driver could
-// be loaded (cuda_backend.go sets it).
+// gpu is the CUDA side of the Go operations (cuda_backend.go; a fake in
+// tests). It loads the driver on first use: without one, DeviceCount is 0.
 var gpu gpuBackend
 
-// gpuBackend is what pybridge needs from the CUDA driver. All copies and
-// memsets are queued on stream; host memory may be pageable.
+// gpuBackend is what pybridge needs from the CUDA driver. Copies and
+// memsets are queued on stream; host buffers may be pageable (the driver
+// has read them when a host-to-device call returns, and written them when
+// a device-to-host call returns).
 type gpuBackend interface {
 	DeviceCount() int
-	// WorkStream is the stream Go-side operations on dev use.
-	WorkStream(dev int32) uintptr
-	Alloc(dev int32, n int64) (uintptr, error)
-	Free(dev int32, p uintptr)
-	Copy(dev int32, dst, src uintptr, n int64, stream uintptr) error
-	Memset8(dev int32, dst uintptr, b byte, n int64, stream uintptr) error
-	Sync(dev int32, stream uintptr) error
-	// Wait makes consumer wait for the work queued on producer so far.
-	Wait(dev int32, producer, consumer uintptr) error
+	// Unavailable says why there is no usable device (nil when there is).
+	Unavailable() error
+	// WorkStream is the stream Go-side operations on device id use.
+	WorkStream(id int32) uintptr
+	Alloc(id int32, n int64) (uintptr, error)
+	Free(id int32, p uintptr)
+	CopyHtoD(id int32, dst uintptr, src []byte, stream uintptr) error
+	CopyDtoH(id int32, dst []byte, src uintptr, stream uintptr) error
+	CopyDtoD(id int32, dst, src uintptr, n int64, stream uintptr) error
+	Memset8(id int32, dst uintptr, b byte, n int64, stream uintptr) error
+	Sync(id int32, stream uintptr) error
+	// Wait makes consumer wait for the work queued on producer so far
+	// (event record + stream wait).
+	Wait(id int32, producer, consumer uintptr) error
+	// PointerDevice is the ordinal of the device that owns CUDA memory p.
+	PointerDevice(p uintptr) (int32, error)
 }
 
 // CUDAAvailable reports whether a CUDA driver with at least one device was found.
-func CUDAAvailable() bool { return gpu != nil && gpu.DeviceCount() > 0 }
+func CUDAAvailable() bool { return CUDADeviceCount() > 0 }
 
 // CUDADeviceCount is the number of CUDA devices (0 without a driver).
 func CUDADeviceCount() int {
@@ -40,6 +49,17 @@ func CUDADeviceCount() int {
 		return 0
 	}
 	return gpu.DeviceCount()
+}
+
+// noGPU is the error for CUDA work without a usable device.
+func noGPU(d dlpack.Device) error {
+	why := "no CUDA support in this build"
+	if gpu != nil {
+		if err := gpu.Unavailable(); err != nil {
+			why = err.Error()
+		}
+	}
+	return Errorf(RuntimeError, "dlbridge: %s: no CUDA driver or device available (%s)", d, why)
 }
 
 func isCUDA(d dlpack.Device) bool { return d.Type == dlpack.CUDA }
@@ -52,10 +72,11 @@ func checkDevice(d dlpack.Device) error {
 		}
 		return nil
 	case isCUDA(d):
-		if gpu == nil {
-			return Errorf(RuntimeError, "dlbridge: device %s: no CUDA driver found (libcuda.so.1 could not be loaded)", d)
+		n := CUDADeviceCount()
+		if n == 0 {
+			return noGPU(d)
 		}
-		if n := gpu.DeviceCount(); int(d.ID) >= n || d.ID < 0 {
+		if int(d.ID) >= n || d.ID < 0 {
 			return Errorf(ValueError, "dlbridge: device %s: there are %d CUDA devices", d, n)
 		}
 		return nil
@@ -217,7 +238,7 @@ func copyTo(t *Tensor, d dlpack.Device) (*zerocopy.View, error) {
 // WorkStream is the CUDA stream Go-side operations on device id are queued
 // on; 1 (the legacy default stream) without a driver.
 func WorkStream(id int32) uintptr {
-	if gpu == nil {
+	if !CUDAAvailable() {
 		return uintptr(StreamLegacy)
 	}
 	return gpu.WorkStream(id)
@@ -226,7 +247,7 @@ func WorkStream(id int32) uintptr {
 // WaitForProducer makes our work stream on d wait for the work queued so far
 // on producer (a CAI v3 stream), by event, not by synchronizing the device.
 func WaitForProducer(d dlpack.Device, producer uintptr) error {
-	if gpu == nil {
+	if !CUDAAvailable() {
 		return noGPU(d)
 	}
 	ws := gpu.WorkStream(d.ID)
@@ -234,4 +255,13 @@ func WaitForProducer(d dlpack.Device, producer uintptr) error {
 		return nil
 	}
 	return gpu.Wait(d.ID, producer, ws)
+}
+
+// PointerDevice is the CUDA device that owns memory p (for the CUDA Array
+// Interface, which names no device).
+func PointerDevice(p uintptr) (int32, error) {
+	if !CUDAAvailable() {
+		return 0, noGPU(dlpack.CUDADevice(0))
+	}
+	return gpu.PointerDevice(p)
 }

@@ -1,9 +1,6 @@
 package pybridge
 
 import (
-	"runtime"
-	"unsafe"
-
 	"github.com/dlbridge/dlbridge/dlpack"
 	"github.com/dlbridge/dlbridge/zerocopy"
 )
@@ -14,13 +11,9 @@ import (
 // writes are recorded on the Tensor (SetStream) so exports can order them
 // before the consumer's stream.
 
-func noGPU(d dlpack.Device) error {
-	return Errorf(RuntimeError, "dlbridge: tensor on %s but no CUDA driver is loaded", d)
-}
-
 // streamWait makes consumer wait for producer on device d.
 func streamWait(d dlpack.Device, producer, consumer uintptr) error {
-	if gpu == nil {
+	if !CUDAAvailable() {
 		return noGPU(d)
 	}
 	return gpu.Wait(d.ID, producer, consumer)
@@ -35,7 +28,7 @@ func spanOf(v *zerocopy.View) (lo, hi int64) { return v.ByteSpan() }
 func stageToHost(t *Tensor) (*zerocopy.View, error) {
 	v := t.View
 	d := v.Device()
-	if gpu == nil {
+	if !CUDAAvailable() {
 		return nil, noGPU(d)
 	}
 	lo, hi := spanOf(v)
@@ -45,7 +38,7 @@ func stageToHost(t *Tensor) (*zerocopy.View, error) {
 	}
 	s := gpu.WorkStream(d.ID)
 	if hi > lo {
-		if err := gpu.Copy(d.ID, host.Ptr(), v.Ptr()+uintptr(lo), hi-lo, s); err == nil {
+		if err := gpu.CopyDtoH(d.ID, bytesAt(host.Ptr(), 0, hi-lo), v.Ptr()+uintptr(lo), s); err == nil {
 			err = gpu.Sync(d.ID, s)
 		}
 		if err != nil {
@@ -73,7 +66,7 @@ func unstage(t *Tensor, hv *zerocopy.View) error {
 		return nil
 	}
 	s := gpu.WorkStream(d.ID)
-	if err := gpu.Copy(d.ID, v.Ptr()+uintptr(lo), hv.Ptr()+uintptr(lo), hi-lo, s); err != nil {
+	if err := gpu.CopyHtoD(d.ID, v.Ptr()+uintptr(lo), bytesAt(hv.Ptr(), lo, hi-lo), s); err != nil {
 		return err
 	}
 	t.SetStream(s)
@@ -83,7 +76,7 @@ func unstage(t *Tensor, hv *zerocopy.View) error {
 func gpuFill(t *Tensor, s Scalar) error {
 	v := t.View
 	d := v.Device()
-	if gpu == nil {
+	if !CUDAAvailable() {
 		return noGPU(d)
 	}
 	if err := needWritable(v, "fill_"); err != nil {
@@ -117,9 +110,7 @@ func gpuFill(t *Tensor, s Scalar) error {
 				copy(buf[filled:], buf[:filled])
 			}
 			// Copies from pageable memory return once the source was read.
-			err := gpu.Copy(d.ID, v.Ptr(), uintptr(unsafe.Pointer(&buf[0])), n, ws)
-			runtime.KeepAlive(buf)
-			if err != nil {
+			if err := gpu.CopyHtoD(d.ID, v.Ptr(), buf, ws); err != nil {
 				return err
 			}
 		}
@@ -139,7 +130,7 @@ func gpuFill(t *Tensor, s Scalar) error {
 
 func gpuCopy(dst, src *Tensor) error {
 	dv, sv := dst.View, src.View
-	if gpu == nil {
+	if !CUDAAvailable() {
 		if isCUDA(dv.Device()) {
 			return noGPU(dv.Device())
 		}
@@ -169,7 +160,16 @@ func gpuCopy(dst, src *Tensor) error {
 				}
 			}
 		}
-		if err := gpu.Copy(dev.ID, dv.Ptr(), sv.Ptr(), n, ws); err != nil {
+		var err error
+		switch {
+		case isCUDA(dv.Device()) && isCUDA(sv.Device()):
+			err = gpu.CopyDtoD(dev.ID, dv.Ptr(), sv.Ptr(), n, ws)
+		case isCUDA(dv.Device()):
+			err = gpu.CopyHtoD(dev.ID, dv.Ptr(), bytesAt(sv.Ptr(), 0, n), ws)
+		default:
+			err = gpu.CopyDtoH(dev.ID, bytesAt(dv.Ptr(), 0, n), sv.Ptr(), ws)
+		}
+		if err != nil {
 			return err
 		}
 		if isCUDA(dv.Device()) {

@@ -252,6 +252,14 @@ func dlb_from_memory(kind C.int32_t, ptr C.uint64_t, readonly C.int32_t, typestr
 		dev := device(devType, devID)
 		if ci.Kind == cai.Host {
 			dev = dlpack.CPUDevice
+		} else if dev.Type == dlpack.CUDA && dev.ID < 0 {
+			// CAI names no device: ask the driver who owns the pointer.
+			dev.ID = 0
+			if n, _ := ci.NumElements(); n > 0 {
+				if dev.ID, err = pybridge.PointerDevice(uintptr(ptr)); err != nil {
+					return err
+				}
+			}
 		}
 		if !ci.Stream.IsNone() && dev.Type == dlpack.CUDA {
 			if err := pybridge.WaitForProducer(dev, ci.Stream.Handle); err != nil {
