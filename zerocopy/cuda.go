@@ -1,0 +1,554 @@
+package zerocopy
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+)
+
+// This file: device views (AllocCUDA, AllocCUDAAsync, AllocPinned), the
+// per-device state that copies share (retained primary contexts, an
+// internal stream, an event pool), stream ordering between views, and the
+// checks of foreign CUDA memory (VerifyCUDA, ClassifyPointer).
+
+// ErrNotInAllocation is matched (errors.Is) by VerifyCUDA errors for a view
+// whose bytes do not lie inside one allocation the driver knows.
+var ErrNotInAllocation = errors.New("zerocopy: view not inside one CUDA allocation")
+
+// ErrWrongDevice is matched by VerifyCUDA errors for memory that lives on
+// another device, or is of another kind (device, pinned host, managed),
+// than the view claims.
+var ErrWrongDevice = errors.New("zerocopy: view on the wrong device")
+
+// devState is what this package keeps per CUDA device: the retained
+// primary context (never released: it lives as long as the process, as in
+// PyTorch and CuPy), a non-blocking stream for copies given no stream, and
+// a pool of events for ordering streams.
+type devState struct {
+	ctx    *cuda.Context
+	stream *cuda.Stream // made on first use
+
+	mu     sync.Mutex
+	events []*cuda.Event
+
+	kernelState // the built-in kernels, loaded on first use
+}
+
+var devices struct {
+	sync.Mutex
+	m map[int]*devState
+}
+
+// device returns the state of CUDA device ordinal, retaining its primary
+// context on first use.
+func device(ordinal int) (*devState, error) {
+	devices.Lock()
+	defer devices.Unlock()
+	if d := devices.m[ordinal]; d != nil {
+		return d, nil
+	}
+	ctx, err := cuda.Retain(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	if devices.m == nil {
+		devices.m = make(map[int]*devState)
+	}
+	d := &devState{ctx: ctx}
+	devices.m[ordinal] = d
+	return d, nil
+}
+
+// defaultStream returns the device's internal non-blocking stream.
+func (d *devState) defaultStream() (*cuda.Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stream == nil {
+		s, err := d.ctx.NewStream(cuda.StreamNonBlocking, 0)
+		if err != nil {
+			return nil, err
+		}
+		d.stream = s
+	}
+	return d.stream, nil
+}
+
+// event takes an event (no timing) from the pool.
+func (d *devState) event() (*cuda.Event, error) {
+	d.mu.Lock()
+	if n := len(d.events); n > 0 {
+		e := d.events[n-1]
+		d.events = d.events[:n-1]
+		d.mu.Unlock()
+		return e, nil
+	}
+	d.mu.Unlock()
+	return d.ctx.NewEvent(0)
+}
+
+// putEvent returns an event to the pool. An event may be recorded again as
+// soon as the streams that wait on it were told to (cuStreamWaitEvent takes
+// the state at the time of the call).
+func (d *devState) putEvent(e *cuda.Event) {
+	d.mu.Lock()
+	d.events = append(d.events, e)
+	d.mu.Unlock()
+}
+
+// streamOwners remembers which device each stream handle this package has
+// seen belongs to, so that a pending write recorded on a host view can be
+// waited for with an event of the right context.
+var streamOwners sync.Map // uintptr -> int (device ordinal)
+
+func noteStream(s *cuda.Stream) {
+	if h := s.Handle(); h > cuda.StreamHandlePerThread {
+		if _, ok := streamOwners.Load(h); !ok {
+			streamOwners.Store(h, s.Context().Device().Ordinal())
+		}
+	}
+}
+
+// pendingStream returns a Stream for the pending write handle h of a view on
+// device fallback (or, for a host view, whatever device h is known to
+// belong to).
+func pendingStream(h uintptr, fallback *devState) (*cuda.Stream, *devState, error) {
+	d := fallback
+	if o, ok := streamOwners.Load(h); ok {
+		if dd, err := device(o.(int)); err == nil {
+			d = dd
+		}
+	}
+	if d == nil {
+		var err error
+		if d, err = device(0); err != nil {
+			return nil, nil, err
+		}
+	}
+	return d.ctx.WrapStream(h), d, nil
+}
+
+// waitPending makes s wait for the write pending on stream handle h
+// (recorded by a view), with an event: cuEventRecord on h, then
+// cuStreamWaitEvent on s. It never blocks the host nor the device.
+func waitPending(s *cuda.Stream, h uintptr, fallback *devState) error {
+	if h == 0 || h == s.Handle() {
+		return nil
+	}
+	ps, d, err := pendingStream(h, fallback)
+	if err != nil {
+		return err
+	}
+	e, err := d.event()
+	if err != nil {
+		return err
+	}
+	if err := e.Record(ps); err != nil {
+		d.putEvent(e)
+		return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
+	}
+	err = s.WaitEvent(e)
+	d.putEvent(e)
+	if err != nil {
+		return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
+	}
+	return nil
+}
+
+// syncPending blocks until the write pending on stream handle h is done.
+func syncPending(h uintptr, fallback *devState) error {
+	if h == 0 {
+		return nil
+	}
+	ps, _, err := pendingStream(h, fallback)
+	if err != nil {
+		return err
+	}
+	if err := ps.Synchronize(); err != nil {
+		return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
+	}
+	return nil
+}
+
+// Synchronize blocks until the write pending on v (View.Stream) is done and
+// clears it, so that host code may read v's memory (pinned or managed host
+// memory after an asynchronous copy into it). A view with nothing pending
+// returns at once. It synchronizes that one stream, never the device.
+func (v *View) Synchronize() error {
+	if err := v.check(); err != nil {
+		return err
+	}
+	if v.stream == 0 {
+		return nil
+	}
+	var d *devState
+	if v.device.Type == dlpack.CUDA || v.device.Type == dlpack.CUDAManaged {
+		var err error
+		if d, err = device(int(v.device.ID)); err != nil {
+			return err
+		}
+	}
+	if err := syncPending(v.stream, d); err != nil {
+		return err
+	}
+	v.stream = 0
+	return nil
+}
+
+// cudaMemory frees device memory from AllocCUDA / AllocCUDAAsync exactly
+// once (the Owner guarantees that). For stream-ordered memory it frees in
+// stream order after every stream a copy used it on.
+type cudaMemory struct {
+	owner Owner
+	d     *devState
+	ptr   cuda.DevicePtr
+	async *cuda.Stream // nil: cuMemFree
+
+	mu   sync.Mutex
+	used []uintptr // other streams copies used the memory on
+}
+
+func (m *cudaMemory) noteUse(s *cuda.Stream) {
+	if m.async == nil {
+		return
+	}
+	h := s.Handle()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h == m.async.Handle() {
+		return
+	}
+	for _, u := range m.used {
+		if u == h {
+			return
+		}
+	}
+	m.used = append(m.used, h)
+}
+
+// Release frees the memory. A failure (the context was torn down, the
+// stream destroyed) cannot be returned from here: stream-ordered memory then
+// falls back to a synchronous free, anything else is reported to the
+// handler set by SetCUDAErrorHandler.
+func (m *cudaMemory) Release() {
+	if m.async != nil && m.async.Handle() != 0 {
+		var err error
+		for _, h := range m.used {
+			if err = waitPending(m.async, h, m.d); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			if err = m.async.MemFreeAsync(m.ptr); err == nil {
+				return
+			}
+		}
+		// Ordering failed: a synchronous free waits for the device.
+	}
+	if err := m.d.ctx.MemFree(m.ptr); err != nil {
+		reportCUDAError(fmt.Errorf("zerocopy: freeing %v on %v: %w", m.ptr, m.d.ctx.Device(), err))
+	}
+}
+
+var cudaErrorHandler struct {
+	sync.Mutex
+	f func(error)
+}
+
+// SetCUDAErrorHandler sets the function that hears of driver errors that
+// have no caller to return to: a failed cuMemFree, cuMemFreeHost or
+// cuMemHostUnregister when the last view of some memory is closed. nil
+// (the default) drops them.
+func SetCUDAErrorHandler(f func(error)) {
+	cudaErrorHandler.Lock()
+	cudaErrorHandler.f = f
+	cudaErrorHandler.Unlock()
+}
+
+func reportCUDAError(err error) {
+	cudaErrorHandler.Lock()
+	f := cudaErrorHandler.f
+	cudaErrorHandler.Unlock()
+	if f != nil {
+		f(err)
+	}
+}
+
+// allocBytes checks a shape and returns the bytes a compact tensor needs.
+func allocBytes(op string, dt dlpack.DataType, shape []int64) (int64, error) {
+	if err := dt.Validate(); err != nil {
+		return 0, fmt.Errorf("zerocopy: %s: %w", op, err)
+	}
+	if len(shape) > dlpack.MaxNDim {
+		return 0, fmt.Errorf("zerocopy: %s: ndim %d out of range (0..%d)", op, len(shape), dlpack.MaxNDim)
+	}
+	n, err := dlpack.NumElements(shape)
+	if err != nil {
+		return 0, fmt.Errorf("zerocopy: %s: %w", op, err)
+	}
+	nb, ok := dt.StorageBytes(n, false)
+	if !ok {
+		return 0, fmt.Errorf("zerocopy: %s: %v elements of %s overflow int64 bytes", op, shape, dt)
+	}
+	return nb, nil
+}
+
+// AllocCUDA allocates device memory on CUDA device ordinal dev
+// (cuMemAlloc) for a C-contiguous tensor of dtype dt and shape. The memory
+// is uninitialised; it is freed (cuMemFree, exactly once) when the last view
+// over it is closed. A tensor of zero elements allocates nothing.
+func AllocCUDA(dev int, dt dlpack.DataType, shape ...int64) (*View, error) {
+	nb, err := allocBytes("AllocCUDA", dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	d, err := device(dev)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: AllocCUDA: %w", err)
+	}
+	spec := Spec{Device: dlpack.CUDADevice(dev), DType: dt, Shape: shape}
+	if nb == 0 {
+		return Wrap(spec, NewOwner(nil, "cuda alloc (empty)"))
+	}
+	p, err := d.ctx.MemAlloc(nb)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: AllocCUDA(%s%v on cuda:%d): %w", dt, shape, dev, err)
+	}
+	m := &cudaMemory{d: d, ptr: p}
+	m.owner.Init(m, "cuda alloc")
+	spec.Ptr = uintptr(p)
+	return Wrap(spec, &m.owner)
+}
+
+// AllocCUDAAsync allocates device memory in stream order on s
+// (cuMemAllocAsync) on s's device: the memory may be used by work on s at
+// once and by other streams once they wait for s, which CopyCUDA does by
+// itself (the view's Stream is s). When the last view is closed the memory
+// is freed in stream order on s (cuMemFreeAsync), after the work of every
+// other stream a CopyCUDA used it on.
+func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, error) {
+	nb, err := allocBytes("AllocCUDAAsync", dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil || s.Handle() == 0 {
+		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync: nil or destroyed stream")
+	}
+	ord := s.Context().Device().Ordinal()
+	d, err := device(ord)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync: %w", err)
+	}
+	noteStream(s)
+	spec := Spec{Device: dlpack.CUDADevice(ord), DType: dt, Shape: shape}
+	if nb == 0 {
+		return Wrap(spec, NewOwner(nil, "cuda async alloc (empty)"))
+	}
+	p, err := s.MemAllocAsync(nb)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync(%s%v on %v): %w", dt, shape, s, err)
+	}
+	m := &cudaMemory{d: d, ptr: p, async: s}
+	m.owner.Init(m, "cuda async alloc")
+	spec.Ptr, spec.Stream = uintptr(p), s.Handle()
+	return Wrap(spec, &m.owner)
+}
+
+// pinnedMemory frees pinned host memory from AllocPinned exactly once.
+type pinnedMemory struct {
+	owner Owner
+	h     *cuda.HostMem
+}
+
+func (m *pinnedMemory) Release() {
+	pinnedRanges.Delete(uintptr(m.h.Ptr()))
+	if err := m.h.Free(); err != nil {
+		reportCUDAError(fmt.Errorf("zerocopy: freeing pinned memory: %w", err))
+	}
+}
+
+// pinnedRanges records the pinned allocations made here (start -> end), so
+// that ClassifyPointer can tell them from registered memory.
+var pinnedRanges sync.Map
+
+// AllocPinned allocates page-locked host memory (cuMemHostAlloc, portable
+// to every context) for a C-contiguous tensor of dtype dt and shape. The
+// view's device is cuda_host: the CPU reads and writes it directly, and
+// copies between it and device memory run at full bus speed and
+// asynchronously. It is freed (cuMemFreeHost) when the last view is closed.
+func AllocPinned(dt dlpack.DataType, shape ...int64) (*View, error) {
+	nb, err := allocBytes("AllocPinned", dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	spec := Spec{Device: dlpack.Device{Type: dlpack.CUDAHost}, DType: dt, Shape: shape}
+	if nb == 0 {
+		return Wrap(spec, NewOwner(nil, "pinned alloc (empty)"))
+	}
+	d, err := device(0)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: AllocPinned: %w", err)
+	}
+	h, err := d.ctx.MemAllocHost(int(nb), cuda.HostAllocPortable)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: AllocPinned(%s%v): %w", dt, shape, err)
+	}
+	m := &pinnedMemory{h: h}
+	m.owner.Init(m, "pinned alloc")
+	spec.Ptr = uintptr(h.Ptr())
+	pinnedRanges.Store(spec.Ptr, spec.Ptr+uintptr(nb))
+	return Wrap(spec, &m.owner)
+}
+
+// PointerKind says what the driver knows about an address.
+type PointerKind int
+
+// Pointer kinds (ClassifyPointer).
+const (
+	// PointerUnknown: the driver knows nothing of the address: pageable
+	// host memory (Go or C heap, stacks, mappings) or no memory at all.
+	PointerUnknown PointerKind = iota
+	// PointerDevice: device memory (cuMemAlloc, cuMemAllocAsync, pools).
+	PointerDevice
+	// PointerManaged: managed (unified) memory (cuMemAllocManaged).
+	PointerManaged
+	// PointerHost: page-locked host memory from cuMemHostAlloc
+	// (cudaMallocHost, torch pin_memory), or registered by someone other
+	// than this package (the driver does not tell the two apart).
+	PointerHost
+	// PointerRegistered: pageable host memory that this package
+	// page-locked (cuMemHostRegister) for fast transfers.
+	PointerRegistered
+)
+
+func (k PointerKind) String() string {
+	switch k {
+	case PointerDevice:
+		return "device"
+	case PointerManaged:
+		return "managed"
+	case PointerHost:
+		return "pinned host"
+	case PointerRegistered:
+		return "registered host"
+	}
+	return "unknown"
+}
+
+// ClassifyPointer asks the driver what ptr points at (one batched
+// cuPointerGetAttributes call) and returns the kind of memory and the
+// ordinal of the device it belongs to (-1 for unknown memory; for pinned
+// host memory the device of the context that pinned it). Without a driver
+// it returns PointerUnknown, -1 and an error matching cuda.ErrNoDriver.
+func ClassifyPointer(ptr uintptr) (PointerKind, int, error) {
+	a, err := cuda.PointerGetAttributes(cuda.DevicePtr(ptr))
+	if err != nil {
+		return PointerUnknown, -1, err
+	}
+	return kindOf(ptr, a), a.DeviceOrdinal, nil
+}
+
+func kindOf(ptr uintptr, a cuda.PointerAttributes) PointerKind {
+	switch a.Kind() {
+	case cuda.KindDevice:
+		return PointerDevice
+	case cuda.KindManaged:
+		return PointerManaged
+	case cuda.KindPinnedHost:
+		if isRegisteredHere(ptr) {
+			return PointerRegistered
+		}
+		return PointerHost
+	}
+	return PointerUnknown
+}
+
+// VerifyCUDA checks a CUDA view against the driver's idea of the memory:
+// the whole byte span the view may touch must lie inside one allocation the
+// driver knows, of the kind the view's device type claims (cuda: device
+// memory on that device; cuda_host: page-locked host memory; cuda_managed:
+// managed memory), and the error says which bound is violated, e.g.
+//
+//	span [ptr-16, ptr+4096) = [0x..., 0x...) ends 512 bytes past the allocation [0x..., 0x...+3584)
+//
+// Views of other device types are refused. An empty view (no bytes) passes.
+// The errors match ErrNotInAllocation or ErrWrongDevice (errors.Is), and
+// cuda.ErrNoDriver where there is no driver.
+func VerifyCUDA(v *View) error {
+	if err := v.check(); err != nil {
+		return fmt.Errorf("zerocopy: VerifyCUDA: %w", err)
+	}
+	switch v.device.Type {
+	case dlpack.CUDA, dlpack.CUDAHost, dlpack.CUDAManaged:
+	default:
+		return fmt.Errorf("zerocopy: VerifyCUDA: %v is a %v view, not CUDA memory", v, v.device.Type)
+	}
+	lo, hi := v.ByteSpan()
+	if hi <= lo {
+		return nil
+	}
+	// Ask about the first byte; if the driver does not know it, ask about
+	// the data pointer too, so the error can say "starts before".
+	first := v.ptr + uintptr(lo) // lo may be negative: wraps as intended
+	a, err := cuda.PointerGetAttributes(cuda.DevicePtr(first))
+	if err != nil {
+		return fmt.Errorf("zerocopy: VerifyCUDA: %w", err)
+	}
+	span := fmt.Sprintf("span %s = [%#x, %#x)", relSpan(lo, hi), first, v.ptr+uintptr(hi))
+	if !a.Known() && lo != 0 {
+		if b, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.ptr)); err == nil && b.Known() {
+			a = b
+		}
+	}
+	if !a.Known() {
+		return fmt.Errorf("%w: VerifyCUDA: %s: %s starts at an address the driver knows no allocation at (pageable host memory, freed memory or garbage)",
+			ErrNotInAllocation, v, span)
+	}
+	kind := kindOf(first, a)
+	switch v.device.Type {
+	case dlpack.CUDA:
+		if kind != PointerDevice {
+			return fmt.Errorf("%w: VerifyCUDA: %s claims %v but the driver says %v memory", ErrWrongDevice, v, v.device, kind)
+		}
+		if a.DeviceOrdinal != int(v.device.ID) {
+			return fmt.Errorf("%w: VerifyCUDA: %s claims %v but the memory is on cuda:%d", ErrWrongDevice, v, v.device, a.DeviceOrdinal)
+		}
+	case dlpack.CUDAHost:
+		if kind != PointerHost && kind != PointerRegistered {
+			return fmt.Errorf("%w: VerifyCUDA: %s claims pinned host memory but the driver says %v memory", ErrWrongDevice, v, kind)
+		}
+	case dlpack.CUDAManaged:
+		if kind != PointerManaged {
+			return fmt.Errorf("%w: VerifyCUDA: %s claims managed memory but the driver says %v memory", ErrWrongDevice, v, kind)
+		}
+	}
+	if a.RangeSize == 0 {
+		return nil // the driver gave no range (some registered memory): nothing more to check
+	}
+	base, end := uint64(a.RangeStart), uint64(a.RangeStart)+a.RangeSize
+	alloc := fmt.Sprintf("the allocation [%#x, %#x+%d)", base, base, a.RangeSize)
+	f, l := uint64(first), uint64(v.ptr)+uint64(hi)
+	if f < base {
+		return fmt.Errorf("%w: VerifyCUDA: %s: %s starts %d bytes before %s", ErrNotInAllocation, v, span, base-f, alloc)
+	}
+	if l > end {
+		return fmt.Errorf("%w: VerifyCUDA: %s: %s ends %d bytes past %s", ErrNotInAllocation, v, span, l-end, alloc)
+	}
+	return nil
+}
+
+// relSpan writes [lo, hi) relative to the data pointer: "[ptr-16, ptr+4096)".
+func relSpan(lo, hi int64) string {
+	rel := func(x int64) string {
+		switch {
+		case x < 0:
+			return fmt.Sprintf("ptr-%d", -x)
+		case x > 0:
+			return fmt.Sprintf("ptr+%d", x)
+		}
+		return "ptr"
+	}
+	return "[" + rel(lo) + ", " + rel(hi) + ")"
+}

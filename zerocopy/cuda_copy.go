@@ -1,0 +1,497 @@
+package zerocopy
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+)
+
+// This file: CopyCUDA and the Copier, which copy between any two views
+// (host, pinned, device, managed memory; any strides) with the driver's DMA
+// engines, and the executor that turns byte plans into driver calls.
+
+// memKind is where one side of a copy lives, as far as a copy cares.
+type memKind int
+
+const (
+	memPageable memKind = iota // host memory the driver does not know (Go, C heap)
+	memPinned                  // page-locked host memory (cuda_host, or registered)
+	memDevice                  // device memory
+	memManaged                 // managed memory (the DMA engines treat it as device memory)
+)
+
+func (k memKind) host() bool { return k == memPageable || k == memPinned }
+
+func (k memKind) String() string {
+	return [...]string{"pageable host", "pinned host", "device", "managed"}[k]
+}
+
+// sideOf classifies one view of a copy. CPU views count as pinned when
+// their whole span is page-locked (registered here, or known to the driver
+// as pinned); that query is skipped for pageable-only callers.
+func sideOf(v *View, ask bool) (memKind, int, error) {
+	switch v.device.Type {
+	case dlpack.CPU:
+		lo, hi := v.ByteSpan()
+		if registeredSpan(v.ptr+uintptr(lo), v.ptr+uintptr(hi)) {
+			return memPinned, -1, nil
+		}
+		if ask && hi > lo {
+			a, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.ptr + uintptr(lo)))
+			if err == nil && a.Kind() == cuda.KindPinnedHost && a.RangeSize > 0 &&
+				uint64(a.RangeStart) <= uint64(v.ptr+uintptr(lo)) &&
+				uint64(v.ptr+uintptr(hi)) <= uint64(a.RangeStart)+a.RangeSize {
+				return memPinned, -1, nil
+			}
+		}
+		return memPageable, -1, nil
+	case dlpack.CUDAHost:
+		return memPinned, -1, nil
+	case dlpack.CUDA:
+		return memDevice, int(v.device.ID), nil
+	case dlpack.CUDAManaged:
+		return memManaged, int(v.device.ID), nil
+	}
+	return 0, 0, fmt.Errorf("zerocopy: CopyCUDA: %v: %v memory is neither host nor CUDA memory", v, v.device.Type)
+}
+
+// CopyCUDA copies src into dst with the default Copier: see Copier.Copy.
+func CopyCUDA(dst, src *View, s *cuda.Stream) error {
+	_, err := DefaultCopier().CopyVia(dst, src, s, PathAuto)
+	return err
+}
+
+// Copy copies the elements of src into dst, which must have the same dtype
+// and shape, between any two of: pageable host memory (Go or C), pinned host
+// memory, device memory and managed memory, any strides on either side
+// (negative, and stride-0 broadcasts on the source side, included).
+//
+// Host-to-host copies are Copy's. Everything else runs on stream s (nil:
+// an internal non-blocking stream of the device involved; for a copy
+// between devices, s may belong to either device). The copy first makes s
+// wait, with an event (never a device-wide synchronize), for the writes
+// pending on dst and src (View.Stream); afterwards dst's pending stream is
+// s. When Copy returns, pageable host memory on either side is done with:
+// a pageable source may be changed at once, a pageable destination holds
+// the data. Device, pinned and managed destinations may still be in flight:
+// wait for dst.Stream() (or call dst.Synchronize()) before the host reads
+// them.
+//
+// Layouts that the DMA engines can walk (a run of contiguous bytes
+// repeated at positive pitches: a block of columns of a row-major matrix, a
+// sub-volume) go as 2D/3D pitched copies; other layouts are packed by the
+// host (host side) or by a strided-copy kernel (device side). The transfer
+// path for pageable memory is chosen by size and history unless the Copier
+// forces one (see TransferPath).
+func (c *Copier) Copy(dst, src *View, s *cuda.Stream) error {
+	_, err := c.CopyVia(dst, src, s, c.opts.Path)
+	return err
+}
+
+// CopyVia is Copy with the transfer path for pageable host memory forced
+// (PathAuto: the Copier's choice). It returns the path taken: PathHost for
+// host-to-host copies, PathDevice for device-to-device ones, PathDirect for
+// copies from or to pinned memory.
+func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (TransferPath, error) {
+	if dst == nil || src == nil {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: nil view (dst %v, src %v)", dst != nil, src != nil)
+	}
+	if err := dst.check(); err != nil {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst: %w", err)
+	}
+	if err := src.check(); err != nil {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: src: %w", err)
+	}
+	if dst.readOnly {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst %v is read-only (%s)", dst, dst.owner.label)
+	}
+	if dst.dtype != src.dtype {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst dtype %s != src dtype %s", dst.dtype, src.dtype)
+	}
+	if !slices.Equal(dst.shape, src.shape) {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst shape %v != src shape %v", dst.shape, src.shape)
+	}
+	if dst.dtype.IsSubByte() && dst.padded != src.padded {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst stores %s padded=%t, src padded=%t", dst.dtype, dst.padded, src.padded)
+	}
+	for d, e := range dst.shape {
+		if e > 1 && dst.strides[d] == 0 {
+			return 0, fmt.Errorf("zerocopy: CopyCUDA: dst dim %d has stride 0 and extent %d: its positions share one element", d, e)
+		}
+	}
+	if path < PathAuto || path > PathRegistered {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: transfer path %d is not one a caller may force", int(path))
+	}
+	ask := dst.device.Type != dlpack.CPU || src.device.Type != dlpack.CPU // two Go views never ask the driver
+	dk, dord, err := sideOf(dst, ask)
+	if err != nil {
+		return 0, err
+	}
+	sk, sord, err := sideOf(src, ask)
+	if err != nil {
+		return 0, err
+	}
+	if dk.host() && sk.host() {
+		return PathHost, c.hostToHost(dst, src)
+	}
+
+	// The layout as elements: packed sub-byte tensors only as whole bytes.
+	shape, ds, ss, is := dst.shape, dst.strides, src.strides, int64(dst.dtype.ItemSize())
+	if dst.dtype.IsSubByte() && !dst.padded {
+		if !dst.IsCContiguous() || !src.IsCContiguous() {
+			return 0, fmt.Errorf("zerocopy: CopyCUDA: packed %s needs both views C-contiguous (dst strides %v, src strides %v)", dst.dtype, dst.strides, src.strides)
+		}
+		nb, _ := dst.dtype.StorageBytes(dst.Len(), false)
+		shape, ds, ss, is = []int64{nb}, []int64{1}, []int64{1}, 1
+	}
+
+	// The device whose context runs the copy, and the stream.
+	ord := dord
+	if !(dk == memDevice || dk == memManaged) {
+		ord = sord
+	}
+	d, err := device(ord)
+	if err != nil {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: %w", err)
+	}
+	if s == nil {
+		if s, err = d.defaultStream(); err != nil {
+			return 0, fmt.Errorf("zerocopy: CopyCUDA: %w", err)
+		}
+	}
+	sdev := s.Context().Device().Ordinal()
+	crossDevice := !dk.host() && !sk.host() && dord != sord
+	if sdev != ord && !(crossDevice && sdev == sord) {
+		return 0, fmt.Errorf("zerocopy: CopyCUDA: stream %v is on cuda:%d, the copy %v <- %v needs a stream of cuda:%d", s, sdev, dst.device, src.device, ord)
+	}
+	if crossDevice {
+		if d, err = device(sdev); err != nil {
+			return 0, fmt.Errorf("zerocopy: CopyCUDA: %w", err)
+		}
+	}
+	noteStream(s)
+
+	// Order the copy after the writes pending on both views.
+	srcDev, dstDev := stateFor(sk, sord), stateFor(dk, dord)
+	if err := waitPending(s, src.stream, orState(srcDev, d)); err != nil {
+		return 0, err
+	}
+	if err := waitPending(s, dst.stream, orState(dstDev, d)); err != nil {
+		return 0, err
+	}
+	noteUse(src, s)
+	noteUse(dst, s)
+
+	x := xfer{c: c, d: d, s: s, shape: shape, is: is,
+		dst: side{base: dst.ptr, strides: ds, kind: dk}, src: side{base: src.ptr, strides: ss, kind: sk}}
+	var used TransferPath
+	switch {
+	case !dk.host() && !sk.host():
+		used = PathDevice
+		if crossDevice {
+			err = x.peer(dord, sord)
+		} else {
+			err = x.deviceToDevice()
+		}
+	default:
+		host := src
+		if dk.host() {
+			host = dst
+		}
+		used, err = x.hostDevice(host, path)
+	}
+	if err != nil {
+		return used, fmt.Errorf("zerocopy: CopyCUDA %v <- %v: %w", dst, src, err)
+	}
+	if dk == memPageable {
+		dst.stream = 0 // the data is there: hostDevice waited for it
+	} else {
+		dst.stream = s.Handle()
+	}
+	return used, nil
+}
+
+func stateFor(k memKind, ord int) *devState {
+	if k == memDevice || k == memManaged {
+		if d, err := device(ord); err == nil {
+			return d
+		}
+	}
+	return nil
+}
+
+func orState(a, b *devState) *devState {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// noteUse tells stream-ordered memory that s uses it, so its free waits.
+func noteUse(v *View, s *cuda.Stream) {
+	if m, ok := v.owner.rel.(*cudaMemory); ok {
+		m.noteUse(s)
+	}
+}
+
+// hostToHost copies between two host-accessible views after waiting for
+// their pending writes.
+func (c *Copier) hostToHost(dst, src *View) error {
+	for _, v := range [...]*View{src, dst} {
+		if v.stream != 0 {
+			if err := syncPending(v.stream, nil); err != nil {
+				return fmt.Errorf("zerocopy: CopyCUDA: %w", err)
+			}
+		}
+	}
+	if err := Copy(dst, src); err != nil {
+		return err
+	}
+	dst.stream = 0
+	return nil
+}
+
+// side is one operand of a copy as raw memory: the address of element
+// [0,...], its strides in elements and its kind.
+type side struct {
+	base    uintptr
+	strides []int64
+	kind    memKind
+}
+
+// xfer is one copy in progress.
+type xfer struct {
+	c        *Copier
+	d        *devState // the device whose context runs the copy
+	s        *cuda.Stream
+	shape    []int64
+	is       int64
+	dst, src side
+}
+
+// maxDMACalls bounds the driver calls one copy may issue for a layout the
+// pitched copies cannot walk in a few calls; past it, a kernel or the host
+// packs the data.
+const maxDMACalls = 1024
+
+// memType is the CUmemorytype of a side for 2D/3D copies.
+func memType(k memKind) cuda.MemoryType {
+	switch k {
+	case memDevice:
+		return cuda.MemoryTypeDevice
+	case memManaged:
+		return cuda.MemoryTypeUnified
+	}
+	return cuda.MemoryTypeHost
+}
+
+// dma issues the copies of plan p between dst and src bases (byte plans
+// carry byte offsets) on s: one linear copy, 2D/3D pitched copies, or, for
+// a layout they cannot walk, a loop of linear copies of each run (callers
+// keep that loop short). It never blocks the host.
+func dma(s *cuda.Stream, p *bytePlan, dst, src uintptr, dk, sk memKind) error {
+	if p.empty {
+		return nil
+	}
+	b, calls, ok := p.blocks()
+	if !ok {
+		b = pitchedBlock{width: p.run, height: 1, depth: 1, outer: p.nd,
+			loopShape: p.shape[:p.nd], loopDs: p.ds[:p.nd], loopSs: p.ss[:p.nd], doff: p.doff, soff: p.soff}
+		calls = 1
+		for _, e := range b.loopShape {
+			calls *= e
+		}
+	}
+	_ = calls
+	return b.each(func(doff, soff int64) error {
+		d, sp := dst+uintptr(doff), src+uintptr(soff)
+		if b.height == 1 && b.depth == 1 {
+			return linear(s, d, sp, b.width, dk, sk)
+		}
+		if b.depth == 1 {
+			m := cuda.Memcpy2D{WidthInBytes: uint64(b.width), Height: uint64(b.height),
+				DstPitch: uint64(b.dpitch), SrcPitch: uint64(b.spitch)}
+			setSide2D(&m.DstMemoryType, &m.DstHost, &m.DstDevice, d, dk)
+			setSide2D(&m.SrcMemoryType, &m.SrcHost, &m.SrcDevice, sp, sk)
+			return s.Memcpy2DAsync(&m)
+		}
+		m := cuda.Memcpy3D{WidthInBytes: uint64(b.width), Height: uint64(b.height), Depth: uint64(b.depth),
+			DstPitch: uint64(b.dpitch), SrcPitch: uint64(b.spitch),
+			DstHeight: uint64(b.dheight), SrcHeight: uint64(b.sheight)}
+		setSide2D(&m.DstMemoryType, &m.DstHost, &m.DstDevice, d, dk)
+		setSide2D(&m.SrcMemoryType, &m.SrcHost, &m.SrcDevice, sp, sk)
+		return s.Memcpy3DAsync(&m)
+	})
+}
+
+func setSide2D(t *cuda.MemoryType, host *unsafe.Pointer, dev *cuda.DevicePtr, p uintptr, k memKind) {
+	*t = memType(k)
+	if k.host() {
+		*host = hostPointer(p)
+	} else {
+		*dev = cuda.DevicePtr(p)
+	}
+}
+
+// linear queues one copy of n contiguous bytes.
+func linear(s *cuda.Stream, dst, src uintptr, n int64, dk, sk memKind) error {
+	switch {
+	case dk.host() && !sk.host():
+		return s.MemcpyDtoHAsync(unsafe.Slice((*byte)(hostPointer(dst)), n), cuda.DevicePtr(src))
+	case !dk.host() && sk.host():
+		return s.MemcpyHtoDAsync(cuda.DevicePtr(dst), unsafe.Slice((*byte)(hostPointer(src)), n))
+	case !dk.host() && !sk.host():
+		return s.MemcpyDtoDAsync(cuda.DevicePtr(dst), cuda.DevicePtr(src), n)
+	}
+	memmove(hostPointer(dst), hostPointer(src), n)
+	return nil
+}
+
+// deviceToDevice copies between two views on the same device: pitched
+// copies where the layout allows, the strided-copy kernel otherwise.
+func (x *xfer) deviceToDevice() error {
+	p := planBytes(x.shape, x.dst.strides, x.src.strides, x.is)
+	if _, calls, ok := p.blocks(); ok && calls <= maxDMACalls {
+		return dma(x.s, &p, x.dst.base, x.src.base, x.dst.kind, x.src.kind)
+	}
+	return x.d.kernelCopy(x.s, &p, x.dst.base, x.src.base)
+}
+
+// kernels returns the device's built-in kernels, loading them on first use.
+func (d *devState) kernels() (*cuda.Kernels, error) {
+	d.kmu.Lock()
+	defer d.kmu.Unlock()
+	if d.k == nil && d.kerr == nil {
+		d.k, d.kerr = d.ctx.LoadKernels()
+	}
+	return d.k, d.kerr
+}
+
+// kernelCopy runs plan p with the strided_copy2d kernel: the two innermost
+// dimensions of the plan (the contiguous run split into elements counting
+// as one) form each launch, the rest loop.
+func (d *devState) kernelCopy(s *cuda.Stream, p *bytePlan, dst, src uintptr) error {
+	if p.empty {
+		return nil
+	}
+	k, err := d.kernels()
+	if err != nil {
+		return fmt.Errorf("loading the strided-copy kernel: %w", err)
+	}
+	dst += uintptr(p.doff)
+	src += uintptr(p.soff)
+	// Element size: the widest of 8, 4, 2, 1 that divides the run, every
+	// stride and both addresses.
+	g := uint64(p.run) | uint64(dst) | uint64(src)
+	for i := 0; i < p.nd; i++ {
+		g |= uint64(p.ds[i]) | uint64(p.ss[i])
+	}
+	es := int64(8)
+	for es > 1 && g%uint64(es) != 0 {
+		es /= 2
+	}
+	// Columns and rows of one launch.
+	var rows, cols, drs, dcs, srs, scs int64
+	outer := p.nd
+	if p.run == es && p.nd >= 1 {
+		cols, dcs, scs = p.shape[p.nd-1], p.ds[p.nd-1], p.ss[p.nd-1]
+		outer--
+	} else {
+		cols, dcs, scs = p.run/es, es, es
+	}
+	rows, drs, srs = 1, 0, 0
+	if outer >= 1 {
+		rows, drs, srs = p.shape[outer-1], p.ds[outer-1], p.ss[outer-1]
+		outer--
+	}
+	b := pitchedBlock{outer: outer, loopShape: p.shape[:outer], loopDs: p.ds[:outer], loopSs: p.ss[:outer]}
+	return b.each(func(doff, soff int64) error {
+		return k.StridedCopy2D(s,
+			cuda.Strided2D{Ptr: cuda.DevicePtr(dst + uintptr(doff)), RowStride: drs, ColStride: dcs},
+			cuda.Strided2D{Ptr: cuda.DevicePtr(src + uintptr(soff)), RowStride: srs, ColStride: scs},
+			rows, cols, int(es))
+	})
+}
+
+// peer copies between views on two devices. Contiguous runs on both sides
+// go as one peer copy; other layouts are packed into a compact buffer on
+// the source device, copied across and unpacked on the destination device,
+// which synchronizes the host.
+func (x *xfer) peer(dord, sord int) error {
+	p := planBytes(x.shape, x.dst.strides, x.src.strides, x.is)
+	if p.empty {
+		return nil
+	}
+	dd, err := device(dord)
+	if err != nil {
+		return err
+	}
+	sd, err := device(sord)
+	if err != nil {
+		return err
+	}
+	if p.nd == 0 {
+		return x.s.MemcpyPeerAsync(cuda.DevicePtr(x.dst.base+uintptr(p.doff)), dd.ctx,
+			cuda.DevicePtr(x.src.base+uintptr(p.soff)), sd.ctx, p.run)
+	}
+	// Compact buffers shaped like src (so the pack is src's own runs).
+	like, off, n := likeStrides(x.shape, x.src.strides)
+	nb := n * x.is
+	t1, err := sd.ctx.MemAlloc(nb)
+	if err != nil {
+		return err
+	}
+	defer sd.ctx.MemFree(t1)
+	t2, err := dd.ctx.MemAlloc(nb)
+	if err != nil {
+		return err
+	}
+	defer dd.ctx.MemFree(t2)
+	ss, err := sd.defaultStream()
+	if err != nil {
+		return err
+	}
+	ds, err := dd.defaultStream()
+	if err != nil {
+		return err
+	}
+	// x.s already waited for the pending writes; hand its position over.
+	if err := waitPending(ss, x.s.Handle(), x.d); err != nil {
+		return err
+	}
+	if err := waitPending(ds, x.s.Handle(), x.d); err != nil {
+		return err
+	}
+	pack := xfer{c: x.c, d: sd, s: ss, shape: x.shape, is: x.is,
+		dst: side{base: uintptr(t1) + uintptr(off*x.is), strides: like, kind: memDevice}, src: x.src}
+	if err := pack.deviceToDevice(); err != nil {
+		return err
+	}
+	if err := waitPending(ds, ss.Handle(), sd); err != nil {
+		return err
+	}
+	if err := ds.MemcpyPeerAsync(cuda.DevicePtr(t2), dd.ctx, cuda.DevicePtr(t1), sd.ctx, nb); err != nil {
+		return err
+	}
+	unpack := xfer{c: x.c, d: dd, s: ds, shape: x.shape, is: x.is,
+		dst: x.dst, src: side{base: uintptr(t2) + uintptr(off*x.is), strides: like, kind: memDevice}}
+	if err := unpack.deviceToDevice(); err != nil {
+		return err
+	}
+	if err := waitPending(x.s, ds.Handle(), dd); err != nil {
+		return err
+	}
+	// The temporaries are freed on return: wait for the work using them.
+	return x.s.Synchronize()
+}
+
+// kernel state lives with the device.
+type kernelState struct {
+	kmu  sync.Mutex
+	k    *cuda.Kernels
+	kerr error
+}

@@ -1,0 +1,146 @@
+package zerocopy_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/ebitengine/purego"
+)
+
+// The CUDA tests of this package run against the fake driver of
+// testdata/fakecuda (built here with gcc, cached by content hash in the
+// temp directory) unless DLBRIDGE_GPU=1 (the GPU machine: the real driver)
+// or DLBRIDGE_LIBCUDA names a driver already. The driver is loaded once per
+// process, so the choice is made in init, before any test runs.
+var (
+	fakeLib string // path of the fake driver in use, "" for a real one
+	fakeErr error  // why the fake could not be built
+)
+
+// Two fake devices, so that wrong-device and peer cases can be tested.
+const fakeDevices = "2"
+
+func init() {
+	if os.Getenv("DLBRIDGE_GPU") == "1" || os.Getenv(cuda.EnvLibrary) != "" {
+		return
+	}
+	fakeLib, fakeErr = buildFakeCUDA()
+	if fakeErr != nil {
+		fakeLib = ""
+		return
+	}
+	os.Setenv(cuda.EnvLibrary, fakeLib)
+	os.Setenv("FAKECUDA_DEVICES", fakeDevices)
+}
+
+// buildFakeCUDA compiles testdata/fakecuda/fakecuda.c into a shared library.
+func buildFakeCUDA() (string, error) {
+	src := filepath.Join("..", "testdata", "fakecuda", "fakecuda.c")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	dir := filepath.Join(os.TempDir(), "dlbridge-fakecuda-"+hex.EncodeToString(sum[:8]))
+	lib := filepath.Join(dir, "libcuda.so.1")
+	if _, err := os.Stat(lib); err == nil {
+		return lib, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, "build-*.so")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", tmp.Name(), src, "-lpthread").CombinedOutput()
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("gcc: %v\n%s", err, out)
+	}
+	return lib, os.Rename(tmp.Name(), lib) // atomic: concurrent builders agree
+}
+
+// needCUDA skips t when no driver (fake or real) is usable.
+func needCUDA(t testing.TB) {
+	t.Helper()
+	if fakeErr != nil {
+		t.Skipf("no fake CUDA driver: %v", fakeErr)
+	}
+	if !cuda.Available() {
+		t.Skipf("no CUDA driver: %v", cuda.Init())
+	}
+}
+
+// needFake skips t unless the fake driver is in use (for tests that use its
+// controls: call counts, injected errors, live allocation counts).
+func needFake(t testing.TB) {
+	t.Helper()
+	needCUDA(t)
+	if fakeLib == "" {
+		t.Skip("needs the fake driver")
+	}
+}
+
+var fakeHandle uintptr
+
+// fakeCall calls a control function of the fake driver.
+// keep holds the strings passed to the fake until the call returns.
+var fakeKeep []*byte
+
+func fakeCall(t testing.TB, name string, args ...uintptr) uintptr {
+	t.Helper()
+	if fakeHandle == 0 {
+		h, err := purego.Dlopen(fakeLib, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err != nil {
+			t.Fatalf("dlopen %s: %v", fakeLib, err)
+		}
+		fakeHandle = h
+	}
+	fn, err := purego.Dlsym(fakeHandle, name)
+	if err != nil {
+		t.Fatalf("dlsym %s: %v", name, err)
+	}
+	r, _, _ := purego.SyscallN(fn, args...)
+	runtime.KeepAlive(fakeKeep)
+	return r
+}
+
+// cstr returns a NUL-terminated copy of s for the fake's controls.
+func cstr(s string) *byte {
+	b := append([]byte(s), 0)
+	fakeKeep = append(fakeKeep[:0], &b[0])
+	return &b[0]
+}
+
+func fakeInject(t testing.TB, fn string, code cuda.Result, after int) {
+	p := cstr(fn)
+	fakeCall(t, "fakecuda_inject", uintptr(unsafe.Pointer(p)), uintptr(code), uintptr(after))
+	t.Cleanup(func() { fakeCall(t, "fakecuda_clear_injections") })
+}
+
+func fakeCalls(t testing.TB, fn string) int {
+	p := cstr(fn)
+	return int(fakeCall(t, "fakecuda_calls", uintptr(unsafe.Pointer(p))))
+}
+
+// Kinds for fakeLive.
+const (
+	fakeDevice     = 1
+	fakePinned     = 2
+	fakeRegistered = 3
+	fakeManaged    = 4
+)
+
+func fakeLive(t testing.TB, kind int) int {
+	return int(int32(fakeCall(t, "fakecuda_live_allocations", uintptr(kind))))
+}
