@@ -1,0 +1,28 @@
+//go:build !cgo
+
+package cuda
+
+// enterCtx makes ctx current on the calling OS thread, which the caller has
+// locked. It returns the context to restore in leaveCtx: a foreign context
+// that was current, or 0 when the thread had none (ours then stays, so the
+// next call on this thread finds it and pays one cuCtxGetCurrent only).
+func enterCtx(ctx uintptr) (prev uintptr, r Result) {
+	var cur uintptr
+	if r = cuCtxGetCurrent(ptrOf(&cur)); r != Success {
+		return 0, r
+	}
+	if cur == ctx {
+		return 0, Success
+	}
+	if r = cuCtxSetCurrent(ctx); r != Success {
+		return 0, r
+	}
+	return cur, Success
+}
+
+// leaveCtx restores the foreign context enterCtx displaced, if any.
+func leaveCtx(prev uintptr) {
+	if prev != 0 {
+		cuCtxSetCurrent(prev)
+	}
+}
