@@ -67,20 +67,17 @@ func (b *dlpackImport) finish(label string) *View {
 	return v
 }
 
-// DLPackOption adjusts what ToDLPack hands out.
-type DLPackOption func(*dlpack.Flags)
+// DLPackOption adjusts what ToDLPack hands out: DLPackReadOnly,
+// DLPackCopied. (A plain value, not a func: ToDLPack stays allocation-free.)
+type DLPackOption struct{ flags dlpack.Flags }
 
 // DLPackReadOnly marks the exported tensor READ_ONLY even when the view is
 // writable: the consumer gets read access only.
-func DLPackReadOnly() DLPackOption {
-	return func(f *dlpack.Flags) { *f |= dlpack.FlagReadOnly }
-}
+func DLPackReadOnly() DLPackOption { return DLPackOption{dlpack.FlagReadOnly} }
 
 // DLPackCopied marks the exported tensor IS_COPIED: the caller made this
 // memory for the consumer alone, which may then write it freely.
-func DLPackCopied() DLPackOption {
-	return func(f *dlpack.Flags) { *f |= dlpack.FlagIsCopied }
-}
+func DLPackCopied() DLPackOption { return DLPackOption{dlpack.FlagIsCopied} }
 
 // ownerRef is a reference on an Owner, as the dlpack.Releaser that an
 // export holds until the consumer's deleter runs. A pointer conversion from
@@ -107,7 +104,7 @@ func (r *ownerRef) Release() { _ = (*Owner)(r).Release() }
 func (v *View) ToDLPack(opts ...DLPackOption) (unsafe.Pointer, error) {
 	flags := v.dlpackFlags()
 	for _, o := range opts {
-		o(&flags)
+		flags |= o.flags
 	}
 	return v.toDLPack(flags, false)
 }
