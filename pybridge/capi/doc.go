@@ -1,0 +1,17 @@
+// Package capi is the C ABI of libdlbridge: the //export functions the
+// Python package dlbridge calls through ctypes (dlb_empty, dlb_export,
+// dlb_import, dlb_from_memory, dlb_fill, ...), declared in capi.h.
+//
+// Every function returns 0 or a pybridge.Code and leaves the message in
+// dlb_last_error() on the calling thread. Tensors cross as uint64 handles
+// (pybridge.Handle); a dlb_info struct describes a handle so Python needs
+// no second call.
+//
+// Importing the package (blank) into a main package built with
+// -buildmode=c-shared puts the whole ABI into that library:
+//
+//	go build -buildmode=c-shared -o build/libdlbridge.so ./pybridge/cmd/libdlbridge
+//
+// Authors who add exported functions of their own import it the same way
+// and point DLBRIDGE_LIB at their library (see examples/userlib).
+package capi
