@@ -168,75 +168,124 @@ func abs64(x int64) int64 {
 	return x
 }
 
+// tile is the side of the square blocks in which a copy walks two
+// dimensions when their inner strides disagree (a transpose): both views
+// then stay within a few cache lines per block.
+const tile = 32
+
 // run copies the plan's elements of size is from s to d (no overlap).
 func (p *copyPlan) run(d, s unsafe.Pointer, is int64) {
 	last := p.nd - 1
-	n, dst, sst := p.shape[last], p.ds[last], p.ss[last]
-	row := rowCopier(d, s, is, dst, sst)
+	nl, dl, sl := p.shape[last], p.ds[last], p.ss[last]
+	// k is the dim walked in blocks together with last: the one where src
+	// is densest, when that is denser than last (dst is densest at last).
+	k := -1
+	if dl != 1 || sl != 1 {
+		best := abs64(sl)
+		for i := 0; i < last; i++ {
+			if a := abs64(p.ss[i]); a < best && p.shape[i] > 1 {
+				best, k = a, i
+			}
+		}
+	}
+	nk, dk, sk := int64(1), int64(0), int64(0)
+	tk, tl := int64(1), nl
+	if k >= 0 {
+		nk, dk, sk = p.shape[k], p.ds[k], p.ss[k]
+		tk, tl = tile, tile
+	}
+	blk := blockCopier(d, s, is, dl, sl)
 	var idx [dlpack.MaxNDim]int64
 	var doff, soff int64 // in elements
 	for {
-		// Sound: every offset stays inside both views' validated spans.
-		row(unsafe.Add(d, doff*is), unsafe.Add(s, soff*is), n, dst, sst)
-		k := last - 1
-		for ; k >= 0; k-- {
-			idx[k]++
-			doff += p.ds[k]
-			soff += p.ss[k]
-			if idx[k] < p.shape[k] {
+		for a := int64(0); a < nk; a += tk {
+			na := min(tk, nk-a)
+			for b := int64(0); b < nl; b += tl {
+				// Sound: block starts are elements of both views, and every
+				// offset stays inside their validated spans.
+				blk(unsafe.Add(d, (doff+a*dk+b*dl)*is), unsafe.Add(s, (soff+a*sk+b*sl)*is),
+					is, na, min(tl, nl-b), dk, sk, dl, sl)
+			}
+		}
+		j := last - 1
+		for ; j >= 0; j-- {
+			if j == k {
+				continue
+			}
+			idx[j]++
+			doff += p.ds[j]
+			soff += p.ss[j]
+			if idx[j] < p.shape[j] {
 				break
 			}
-			doff -= idx[k] * p.ds[k]
-			soff -= idx[k] * p.ss[k]
-			idx[k] = 0
+			doff -= idx[j] * p.ds[j]
+			soff -= idx[j] * p.ss[j]
+			idx[j] = 0
 		}
-		if k < 0 {
+		if j < 0 {
 			return
 		}
 	}
 }
 
-type rowFunc func(d, s unsafe.Pointer, n, ds, ss int64)
+// blockFunc copies na rows of nb elements of size is; rows step by dk and
+// sk elements, elements within a row by dl and sl.
+type blockFunc func(d, s unsafe.Pointer, is, na, nb, dk, sk, dl, sl int64)
 
-// rowCopier picks the widest load and store the item size and the
+// blockCopier picks the widest load and store the item size and the
 // alignment of both base pointers allow (checkptr insists on alignment).
-func rowCopier(d, s unsafe.Pointer, is, ds, ss int64) rowFunc {
-	if ds == 1 && ss == 1 {
-		return func(d, s unsafe.Pointer, n, _, _ int64) { memmove(d, s, n*is) }
+func blockCopier(d, s unsafe.Pointer, is, dl, sl int64) blockFunc {
+	if dl == 1 && sl == 1 {
+		return rowsBlock
 	}
-	align := int64(uintptr(d)|uintptr(s)) & -int64(uintptr(d)|uintptr(s)) // lowest set bit
-	if uintptr(d)|uintptr(s) == 0 {
+	or := uintptr(d) | uintptr(s)
+	align := or & -or // the lowest set bit
+	if or == 0 {
 		align = 16
 	}
 	switch {
 	case is == 1:
-		return stridedRow[uint8]
+		return stridedBlock[uint8]
 	case is == 2 && align >= 2:
-		return stridedRow[uint16]
+		return stridedBlock[uint16]
 	case is == 4 && align >= 4:
-		return stridedRow[uint32]
+		return stridedBlock[uint32]
 	case is == 8 && align >= 8:
-		return stridedRow[uint64]
+		return stridedBlock[uint64]
 	case is == 8 && align >= 4:
-		return stridedRow[[2]uint32]
+		return stridedBlock[[2]uint32]
 	case is == 16 && align >= 8:
-		return stridedRow[[2]uint64]
+		return stridedBlock[[2]uint64]
 	}
-	return func(d, s unsafe.Pointer, n, ds, ss int64) {
-		for i := range n {
-			memmove(unsafe.Add(d, i*ds*is), unsafe.Add(s, i*ss*is), is)
+	return bytesBlock
+}
+
+// rowsBlock copies rows that are contiguous on both sides.
+func rowsBlock(d, s unsafe.Pointer, is, na, nb, dk, sk, _, _ int64) {
+	for a := range na {
+		memmove(unsafe.Add(d, a*dk*is), unsafe.Add(s, a*sk*is), nb*is)
+	}
+}
+
+// bytesBlock copies elements of any size or alignment one by one.
+func bytesBlock(d, s unsafe.Pointer, is, na, nb, dk, sk, dl, sl int64) {
+	for a := range na {
+		for b := range nb {
+			memmove(unsafe.Add(d, (a*dk+b*dl)*is), unsafe.Add(s, (a*sk+b*sl)*is), is)
 		}
 	}
 }
 
-// stridedRow copies n elements of type E with element strides ds and ss.
-func stridedRow[E any](d, s unsafe.Pointer, n, ds, ss int64) {
-	sz := int64(unsafe.Sizeof(*new(E)))
-	db, sb := ds*sz, ss*sz
-	for i := range n {
-		// Sound: the caller keeps n elements at these strides inside the
-		// spans; no address past the last element is ever formed.
-		*(*E)(unsafe.Add(d, i*db)) = *(*E)(unsafe.Add(s, i*sb))
+// stridedBlock is a blockFunc for elements of type E.
+func stridedBlock[E any](d, s unsafe.Pointer, is, na, nb, dk, sk, dl, sl int64) {
+	dk, sk, dl, sl = dk*is, sk*is, dl*is, sl*is // is == unsafe.Sizeof(E)
+	for a := range na {
+		dr, sr := a*dk, a*sk
+		for b := range nb {
+			// Sound: the caller keeps the block inside both spans; no
+			// address past the last element is ever formed.
+			*(*E)(unsafe.Add(d, dr+b*dl)) = *(*E)(unsafe.Add(s, sr+b*sl))
+		}
 	}
 }
 

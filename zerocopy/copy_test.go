@@ -75,6 +75,22 @@ func TestCopyLayouts(t *testing.T) {
 			b, _ := iotaView(t, 2)
 			return must(t)(b.Select(0, 0)), must(t)(a.Select(0, 1))
 		}},
+		{"big transpose", func(t *testing.T) (dst, src *zerocopy.View) {
+			a, _ := iotaView(t, 70, 45)
+			b, _ := iotaView(t, 45, 70)
+			return b, must(t)(a.T())
+		}},
+		{"big 3-d permute", func(t *testing.T) (dst, src *zerocopy.View) {
+			a, _ := iotaView(t, 3, 40, 33)
+			b, _ := iotaView(t, 33, 3, 40)
+			return b, must(t)(a.Permute(2, 0, 1))
+		}},
+		{"big reversed transpose", func(t *testing.T) (dst, src *zerocopy.View) {
+			a, _ := iotaView(t, 37, 65)
+			b, _ := iotaView(t, 65, 37)
+			r := must(t)(a.Slice(1, zerocopy.Omit, zerocopy.Omit, -1))
+			return must(t)(b.Slice(0, zerocopy.Omit, zerocopy.Omit, -1)), must(t)(r.T())
+		}},
 		{"overlap shift right", func(t *testing.T) (dst, src *zerocopy.View) {
 			a, _ := iotaView(t, 10)
 			return must(t)(a.Slice(0, 1, zerocopy.Omit, 1)), must(t)(a.Slice(0, zerocopy.Omit, -1, 1))

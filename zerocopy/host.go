@@ -3,6 +3,7 @@ package zerocopy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,7 @@ func FromSlice[T Elem](s []T, shape ...int64) (*View, error) {
 		return nil, fmt.Errorf("zerocopy: FromSlice: %w", err)
 	}
 	if n != int64(len(s)) {
-		return nil, fmt.Errorf("zerocopy: FromSlice: shape %v has %d elements, the slice has %d", shape, n, len(s))
+		return nil, fmt.Errorf("zerocopy: FromSlice: shape %v has %d elements, the slice has %d", slices.Clone(shape), n, len(s))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(s))
 	v := allocView(len(shape))
@@ -155,7 +156,7 @@ func FromBytes(b []byte, dt dlpack.DataType, shape ...int64) (*View, error) {
 	}
 	need, ok := dt.StorageBytes(n, false)
 	if !ok || need != int64(len(b)) {
-		return nil, fmt.Errorf("zerocopy: FromBytes: shape %v of %s needs %d bytes, have %d", shape, dt, need, len(b))
+		return nil, fmt.Errorf("zerocopy: FromBytes: shape %v of %s needs %d bytes, have %d", slices.Clone(shape), dt, need, len(b))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
 	v := allocView(len(shape))

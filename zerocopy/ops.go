@@ -3,6 +3,7 @@ package zerocopy
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dlbridge/dlbridge/dlpack"
 )
@@ -132,8 +133,11 @@ func (v *View) Slice(dim int, start, stop, step int64) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	if step == 0 || step == math.MinInt64 {
-		return nil, fmt.Errorf("zerocopy: Slice: step %d for dim %d is not allowed (nonzero, > MinInt64)", step, d)
+	if step == 0 {
+		return nil, fmt.Errorf("zerocopy: Slice: step 0 for dim %d: the step must be nonzero", d)
+	}
+	if step == math.MinInt64 { // -step would overflow
+		return nil, fmt.Errorf("zerocopy: Slice: step %d for dim %d is out of range", step, d)
 	}
 	nv, err := v.begin(len(v.shape))
 	if err != nil {
@@ -206,7 +210,7 @@ func (v *View) Permute(order ...int) (*View, error) {
 			return nil, err
 		}
 		if seen[d] {
-			return nil, fmt.Errorf("zerocopy: Permute: dim %d appears twice in order %v", d, order)
+			return nil, fmt.Errorf("zerocopy: Permute: dim %d appears twice in order %v", d, slices.Clone(order))
 		}
 		seen[d] = true
 		nv.shape[i], nv.strides[i] = v.shape[d], v.strides[d]
@@ -283,23 +287,23 @@ func (v *View) Reshape(shape ...int64) (*View, error) {
 		default:
 			var ok bool
 			if known, ok = dlpack.MulInt64(known, e); !ok {
-				return nil, fmt.Errorf("zerocopy: Reshape: shape %v overflows int64 at dim %d", shape, i)
+				return nil, fmt.Errorf("zerocopy: Reshape: shape %v overflows int64 at dim %d", slices.Clone(shape), i)
 			}
 		}
 		nv.shape[i] = e
 	}
 	if infer >= 0 {
 		if known == 0 {
-			return nil, fmt.Errorf("zerocopy: Reshape: cannot infer dim %d of %v for %d elements: -1 is ambiguous next to a 0 extent", infer, shape, numel)
+			return nil, fmt.Errorf("zerocopy: Reshape: cannot infer dim %d of %v for %d elements: -1 is ambiguous next to a 0 extent", infer, slices.Clone(shape), numel)
 		}
 		if numel%known != 0 {
-			return nil, fmt.Errorf("zerocopy: Reshape: shape %v is invalid for %d elements (%d is not a multiple of %d)", shape, numel, numel, known)
+			return nil, fmt.Errorf("zerocopy: Reshape: shape %v is invalid for %d elements (%d is not a multiple of %d)", slices.Clone(shape), numel, numel, known)
 		}
 		nv.shape[infer] = numel / known
 		known = numel
 	}
 	if known != numel {
-		return nil, fmt.Errorf("zerocopy: Reshape: shape %v has %d elements, the view %v has %d", shape, known, v.shape, numel)
+		return nil, fmt.Errorf("zerocopy: Reshape: shape %v has %d elements, the view %v has %d", slices.Clone(shape), known, v.shape, numel)
 	}
 	if !reshapeStrides(v.shape, v.strides, nv.shape, nv.strides) {
 		return nil, fmt.Errorf("zerocopy: Reshape: view with shape %v and strides %v cannot be reshaped to %v without a copy (Clone first)", v.shape, v.strides, nv.shape)
@@ -454,7 +458,7 @@ func (v *View) Broadcast(shape ...int64) (*View, error) {
 		return nil, fmt.Errorf("zerocopy: Broadcast: ndim %d out of range (0..%d)", m, dlpack.MaxNDim)
 	}
 	if m < n {
-		return nil, fmt.Errorf("zerocopy: Broadcast: target shape %v has %d dims, fewer than the view's %d", shape, m, n)
+		return nil, fmt.Errorf("zerocopy: Broadcast: target shape %v has %d dims, fewer than the view's %d", slices.Clone(shape), m, n)
 	}
 	nv, err := v.begin(m)
 	if err != nil {
