@@ -36,20 +36,27 @@ library_path = _lib.path
 
 
 def library():
-    """The ctypes.CDLL of the loaded library: a library built with your own
+    """The ctypes.CDLL of the loaded library. A library built with your own
     exported Go functions next to dlbridge's ABI (see examples/userlib) is
-    called through it, passing tensor handles (Tensor._handle())."""
+    called through it: pass Tensor.handle, turn returned handles into
+    tensors with from_handle, and return codes into exceptions with check."""
     return _lib.lib
 
 
-def _from_handle(handle):
-    """A Tensor for a handle that a Go function of the library returned;
-    the Tensor owns the handle."""
+def from_handle(handle):
+    """A Tensor for a handle that a Go function of the library returned
+    (pybridge.NewTensor); the Tensor owns the handle from now on."""
     import ctypes
 
     info = _lib.Info()
     _lib.check(_lib.info_get(handle, ctypes.byref(info)))
     return Tensor._wrap(handle, info)
+
+
+def check(rc):
+    """Raise the exception for a non-zero return code of a Go function of
+    the library (pybridge.Fence), with Go's message; do nothing for 0."""
+    _lib.check(rc)
 
 
 __all__ = [
@@ -62,6 +69,8 @@ __all__ = [
     "empty",
     "from_dlpack",
     "zeros",
+    "check",
+    "from_handle",
     "library",
     "library_path",
 ]

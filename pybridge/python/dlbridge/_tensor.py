@@ -119,6 +119,12 @@ class Tensor:
         self._itemsize = info.itemsize
         self._stream = info.stream
 
+    @property
+    def handle(self):
+        """The library's handle for this tensor, for Go functions of your own
+        (see dlbridge.library); valid while the tensor is open."""
+        return self._handle()
+
     def _handle(self):
         h = self._h
         if not h:
