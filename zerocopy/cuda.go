@@ -32,7 +32,9 @@ type devState struct {
 	stream *cuda.Stream // made on first use
 
 	mu     sync.Mutex
-	events []*cuda.Event
+	events map[uintptr]*cuda.Event // by stream handle: see eventFor
+
+	evmu sync.Mutex // serializes record+wait pairs on the events
 
 	kernelState // the built-in kernels, loaded on first use
 }
@@ -71,32 +73,44 @@ func (d *devState) defaultStream() (*cuda.Stream, error) {
 		if err != nil {
 			return nil, err
 		}
+		noteStream(s)
 		d.stream = s
 	}
 	return d.stream, nil
 }
 
-// event takes an event (no timing) from the pool.
-func (d *devState) event() (*cuda.Event, error) {
+// eventFor returns the device's event for marking positions in stream h
+// (no timing), making it on first use. One event per stream: recording it
+// again on the same stream only moves the mark later, so a wait queued
+// before and a record made after never confuse each other, whatever the
+// driver does with re-recorded events.
+func (d *devState) eventFor(h uintptr) (*cuda.Event, error) {
 	d.mu.Lock()
-	if n := len(d.events); n > 0 {
-		e := d.events[n-1]
-		d.events = d.events[:n-1]
-		d.mu.Unlock()
+	defer d.mu.Unlock()
+	if e := d.events[h]; e != nil {
 		return e, nil
 	}
-	d.mu.Unlock()
-	return d.ctx.NewEvent(0)
+	e, err := d.ctx.NewEvent(0)
+	if err != nil {
+		return nil, err
+	}
+	if d.events == nil {
+		d.events = make(map[uintptr]*cuda.Event)
+	}
+	if len(d.events) >= maxStreamEvents {
+		// Streams come and go; drop the marks of the others (an event
+		// destroyed while a wait on it is queued is still honoured).
+		for k, old := range d.events {
+			old.Destroy()
+			delete(d.events, k)
+		}
+	}
+	d.events[h] = e
+	return e, nil
 }
 
-// putEvent returns an event to the pool. An event may be recorded again as
-// soon as the streams that wait on it were told to (cuStreamWaitEvent takes
-// the state at the time of the call).
-func (d *devState) putEvent(e *cuda.Event) {
-	d.mu.Lock()
-	d.events = append(d.events, e)
-	d.mu.Unlock()
-}
+// maxStreamEvents bounds the per-stream events a device keeps.
+const maxStreamEvents = 256
 
 // streamOwners remembers which device each stream handle this package has
 // seen belongs to, so that a pending write recorded on a host view can be
@@ -105,29 +119,33 @@ var streamOwners sync.Map // uintptr -> int (device ordinal)
 
 func noteStream(s *cuda.Stream) {
 	if h := s.Handle(); h > cuda.StreamHandlePerThread {
-		if _, ok := streamOwners.Load(h); !ok {
+		// Always store: a destroyed stream's handle may come back for a
+		// stream of another device.
+		if o, ok := streamOwners.Load(h); !ok || o.(int) != s.Context().Device().Ordinal() {
 			streamOwners.Store(h, s.Context().Device().Ordinal())
 		}
 	}
 }
 
-// pendingStream returns a Stream for the pending write handle h of a view on
-// device fallback (or, for a host view, whatever device h is known to
-// belong to).
-func pendingStream(h uintptr, fallback *devState) (*cuda.Stream, *devState, error) {
-	d := fallback
+// pendingDevices lists the devices whose context stream handle h may
+// belong to: the one it was last seen with, then fallback (the device of
+// the view that recorded it), then device 0.
+func pendingDevices(h uintptr, fallback *devState) []*devState {
+	var out []*devState
 	if o, ok := streamOwners.Load(h); ok {
-		if dd, err := device(o.(int)); err == nil {
-			d = dd
+		if d, err := device(o.(int)); err == nil {
+			out = append(out, d)
 		}
 	}
-	if d == nil {
-		var err error
-		if d, err = device(0); err != nil {
-			return nil, nil, err
+	if fallback != nil && (len(out) == 0 || out[0] != fallback) {
+		out = append(out, fallback)
+	}
+	if len(out) == 0 {
+		if d, err := device(0); err == nil {
+			out = append(out, d)
 		}
 	}
-	return d.ctx.WrapStream(h), d, nil
+	return out
 }
 
 // waitPending makes s wait for the write pending on stream handle h
@@ -137,24 +155,31 @@ func waitPending(s *cuda.Stream, h uintptr, fallback *devState) error {
 	if h == 0 || h == s.Handle() {
 		return nil
 	}
-	ps, d, err := pendingStream(h, fallback)
+	var err error
+	for _, d := range pendingDevices(h, fallback) {
+		if err = d.recordWait(s, h); err == nil {
+			return nil
+		}
+	}
+	if err == nil {
+		err = fmt.Errorf("no CUDA device")
+	}
+	return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
+}
+
+// recordWait records d's event for stream h (a stream of d's context) and
+// makes s wait for it.
+func (d *devState) recordWait(s *cuda.Stream, h uintptr) error {
+	d.evmu.Lock() // record and wait as a pair: nobody moves the mark in between
+	defer d.evmu.Unlock()
+	e, err := d.eventFor(h)
 	if err != nil {
 		return err
 	}
-	e, err := d.event()
-	if err != nil {
+	if err := e.Record(d.ctx.WrapStream(h)); err != nil {
 		return err
 	}
-	if err := e.Record(ps); err != nil {
-		d.putEvent(e)
-		return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
-	}
-	err = s.WaitEvent(e)
-	d.putEvent(e)
-	if err != nil {
-		return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
-	}
-	return nil
+	return s.WaitEvent(e)
 }
 
 // syncPending blocks until the write pending on stream handle h is done.
@@ -162,14 +187,13 @@ func syncPending(h uintptr, fallback *devState) error {
 	if h == 0 {
 		return nil
 	}
-	ps, _, err := pendingStream(h, fallback)
-	if err != nil {
-		return err
+	var err error
+	for _, d := range pendingDevices(h, fallback) {
+		if err = d.ctx.WrapStream(h).Synchronize(); err == nil {
+			return nil
+		}
 	}
-	if err := ps.Synchronize(); err != nil {
-		return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
-	}
-	return nil
+	return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
 }
 
 // Synchronize blocks until the write pending on v (View.Stream) is done and

@@ -122,7 +122,9 @@ type layoutCase struct {
 	dst, src         func(*zerocopy.View) (*zerocopy.View, error)
 }
 
-func ident(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(0, zerocopy.Omit, zerocopy.Omit, 1) }
+func ident(v *zerocopy.View) (*zerocopy.View, error) {
+	return v.Slice(0, zerocopy.Omit, zerocopy.Omit, 1)
+}
 
 func chain(fs ...func(*zerocopy.View) (*zerocopy.View, error)) func(*zerocopy.View) (*zerocopy.View, error) {
 	return func(v *zerocopy.View) (*zerocopy.View, error) {

@@ -1,0 +1,107 @@
+package zerocopy_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// BenchmarkCopyCUDA times host<->device copies per path and direction (on
+// the fake driver here, where it measures the host side: memcpy, the
+// pipeline's bookkeeping; on the GPU machine with DLBRIDGE_GPU=1, the real
+// thing). MB/s is bytes of the tensor per second.
+func BenchmarkCopyCUDA(b *testing.B) {
+	needCUDA(b)
+	for _, size := range []int{1 << 20, 64 << 20} {
+		for _, dir := range []string{"h2d", "d2h"} {
+			for _, path := range []string{"pinned", "direct", "staged", "registered"} {
+				b.Run(fmt.Sprintf("%s/%s/%dMiB", dir, path, size>>20), func(b *testing.B) {
+					benchCopy(b, size, dir, path)
+				})
+			}
+		}
+	}
+}
+
+func benchCopy(b *testing.B, size int, dir, path string) {
+	d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, int64(size))
+	d = mustView(b, d, err)
+	var h *zerocopy.View
+	forced := zerocopy.PathDirect
+	if path == "pinned" {
+		h, err = zerocopy.AllocPinned(dlpack.Uint8Type, int64(size))
+		h = mustView(b, h, err)
+	} else {
+		h = goView(b, make([]byte, size), dlpack.Uint8Type)
+		forced, _ = zerocopy.ParseTransferPath(path)
+	}
+	c := newCopier(b, zerocopy.CopierOptions{})
+	dst, src := d, h
+	if dir == "d2h" {
+		dst, src = h, d
+	}
+	if _, err := c.CopyVia(dst, src, nil, forced); err != nil { // warm-up: rings, registration
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.CopyVia(dst, src, nil, forced); err != nil {
+			b.Fatal(err)
+		}
+		if err := dst.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	zerocopy.UnregisterHost(h)
+}
+
+// BenchmarkCopyCUDAStrided compares a column block of a row-major matrix
+// copied device->host (a 2D pitched copy) with a contiguous copy of the
+// same bytes, into pinned memory.
+func BenchmarkCopyCUDAStrided(b *testing.B) {
+	needCUDA(b)
+	const rows, cols = 4096, 4096 // float32: 64 MiB, the block half of it
+	m, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, rows, cols)
+	m = mustView(b, m, err)
+	block, err := m.Slice(1, 1024, 3072, 1)
+	block = mustView(b, block, err)
+	flat, err := m.Slice(0, 0, rows/2, 1)
+	flat = mustView(b, flat, err)
+	for _, c := range []struct {
+		name string
+		src  *zerocopy.View
+	}{{"contiguous", flat}, {"column-block", block}} {
+		b.Run(c.name, func(b *testing.B) {
+			h, err := zerocopy.AllocPinned(dlpack.Float32Type, c.src.Shape()...)
+			h = mustView(b, h, err)
+			b.SetBytes(int64(h.Len()) * 4)
+			for b.Loop() {
+				if err := zerocopy.CopyCUDA(h, c.src, nil); err != nil {
+					b.Fatal(err)
+				}
+				if err := h.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCopyCUDASmall is the fixed cost of a small copy (4 KiB) from
+// Go memory to the device: checks, event waits, one driver copy.
+func BenchmarkCopyCUDASmall(b *testing.B) {
+	needCUDA(b)
+	d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, 4096)
+	d = mustView(b, d, err)
+	h := goView(b, make([]byte, 4096), dlpack.Uint8Type)
+	b.SetBytes(4096)
+	for b.Loop() {
+		if err := zerocopy.CopyCUDA(d, h, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,495 @@
+package zerocopy_test
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+func retain(t testing.TB, ord int) *cuda.Context {
+	t.Helper()
+	c, err := cuda.Retain(ord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Release() })
+	return c
+}
+
+func newStream(t testing.TB, c *cuda.Context) *cuda.Stream {
+	t.Helper()
+	s, err := c.NewStream(cuda.StreamNonBlocking, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Synchronize(); s.Destroy() })
+	return s
+}
+
+// TestAllocCUDAFreesOnce: the memory is freed when the last of the views
+// over it is closed, once, in any order.
+func TestAllocCUDAFreesOnce(t *testing.T) {
+	needFake(t)
+	before, frees := fakeLive(t, fakeDevice), fakeCalls(t, "cuMemFree_v2")
+	v, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 4, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fakeLive(t, fakeDevice); got != before+1 {
+		t.Fatalf("live device allocations %d, want %d", got, before+1)
+	}
+	if v.Device() != dlpack.CUDADevice(0) || !v.IsCContiguous() || v.Len() != 20 {
+		t.Fatalf("view %v", v)
+	}
+	col, err := v.Select(1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	v.Close()
+	if got := fakeLive(t, fakeDevice); got != before+1 {
+		t.Fatalf("freed while a derived view is open")
+	}
+	col.Close()
+	if got := fakeLive(t, fakeDevice); got != before {
+		t.Fatalf("live device allocations %d after the last Close, want %d", got, before)
+	}
+	if got := fakeCalls(t, "cuMemFree_v2") - frees; got != 1 {
+		t.Fatalf("cuMemFree_v2 called %d times, want 1", got)
+	}
+
+	// Pinned memory likewise.
+	hb := fakeLive(t, fakePinned)
+	p, err := zerocopy.AllocPinned(dlpack.Int64Type, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Device().Type != dlpack.CUDAHost || fakeLive(t, fakePinned) != hb+1 {
+		t.Fatalf("pinned view %v, live %d", p, fakeLive(t, fakePinned))
+	}
+	if err := zerocopy.Set[int64](p, 42, 1); err != nil {
+		t.Fatalf("host access to pinned memory: %v", err)
+	}
+	p.Close()
+	if fakeLive(t, fakePinned) != hb {
+		t.Fatal("pinned memory not freed")
+	}
+}
+
+func TestAllocErrors(t *testing.T) {
+	needCUDA(t)
+	cases := []struct {
+		name string
+		fn   func() (*zerocopy.View, error)
+		want string
+	}{
+		{"bad ordinal", func() (*zerocopy.View, error) { return zerocopy.AllocCUDA(7, dlpack.Float32Type, 3) }, "ordinal 7"},
+		{"negative extent", func() (*zerocopy.View, error) { return zerocopy.AllocCUDA(0, dlpack.Float32Type, 3, -1) }, "negative"},
+		{"bad dtype", func() (*zerocopy.View, error) {
+			return zerocopy.AllocCUDA(0, dlpack.DataType{Code: 99, Bits: 8, Lanes: 1}, 3)
+		}, "not a DLDataTypeCode"},
+		{"nil stream", func() (*zerocopy.View, error) { return zerocopy.AllocCUDAAsync(nil, dlpack.Float32Type, 3) }, "nil or destroyed stream"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := c.fn()
+			if err == nil {
+				v.Close()
+				t.Fatal("no error")
+			}
+			if !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(c.want)) {
+				t.Fatalf("error %q does not mention %q", err, c.want)
+			}
+		})
+	}
+	if fakeLib != "" {
+		fakeInject(t, "cuMemAlloc_v2", cuda.ErrOutOfMemory, 0)
+		_, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 1<<20)
+		if !errors.Is(err, cuda.ErrOutOfMemory) {
+			t.Fatalf("injected OOM: got %v", err)
+		}
+	}
+}
+
+// TestCopyCUDAErrors: mismatches are named, nothing is copied.
+func TestCopyCUDAErrors(t *testing.T) {
+	needCUDA(t)
+	d := devWith(t, 0, make([]byte, 24), dlpack.Float32Type, 2, 3)
+	ro, err := d.AsReadOnly()
+	ro = mustView(t, ro, err)
+	closed, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	row, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 1, 3)
+	row = mustView(t, row, err)
+	bcast, err := row.Broadcast(2, 3)
+	bcast = mustView(t, bcast, err)
+	h32 := goView(t, make([]byte, 24), dlpack.Float32Type, 2, 3)
+	var other *cuda.Stream
+	if n, _ := cuda.DeviceCount(); n > 1 {
+		other = newStream(t, retain(t, 1))
+	}
+	cases := []struct {
+		name     string
+		dst, src *zerocopy.View
+		s        *cuda.Stream
+		want     string
+	}{
+		{"dtype", d, goView(t, make([]byte, 48), dlpack.Float64Type, 2, 3), nil, "dst dtype float32 != src dtype float64"},
+		{"shape", d, goView(t, make([]byte, 24), dlpack.Float32Type, 3, 2), nil, "dst shape [2 3] != src shape [3 2]"},
+		{"read-only dst", ro, h32, nil, "read-only"},
+		{"closed src", h32, closed, nil, "src: zerocopy: use of a closed view"},
+		{"broadcast dst", bcast, h32, nil, "stride 0"},
+		{"nil", nil, h32, nil, "nil view"},
+		{"wrong stream", d, h32, other, "needs a stream of cuda:0"},
+	}
+	for _, c := range cases {
+		if c.name == "wrong stream" && other == nil {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			err := zerocopy.CopyCUDA(c.dst, c.src, c.s)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+	t.Run("path", func(t *testing.T) {
+		_, err := zerocopy.DefaultCopier().CopyVia(d, h32, nil, zerocopy.PathHost)
+		if err == nil || !strings.Contains(err.Error(), "transfer path") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	if fakeLib != "" {
+		t.Run("driver error", func(t *testing.T) {
+			fakeInject(t, "cuMemcpyHtoDAsync_v2", cuda.ErrInvalidValue, 0)
+			_, err := zerocopy.DefaultCopier().CopyVia(d, h32, nil, zerocopy.PathStaged)
+			if !errors.Is(err, cuda.ErrInvalidValue) {
+				t.Fatalf("got %v, want CUDA_ERROR_INVALID_VALUE", err)
+			}
+		})
+	}
+}
+
+// TestStreamOrdering: a write pending on stream A is seen by a copy on
+// stream B because the copy waits for it with an event; when the view
+// forgets the pending stream, the copy reads stale data (the check can
+// fail). The spinning kernel makes the write late on a real GPU; the fake
+// driver runs stream A's work only when something waits for it.
+func TestStreamOrdering(t *testing.T) {
+	needCUDA(t)
+	ctx := retain(t, 0)
+	k, err := ctx.LoadKernels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Unload()
+	a, b := newStream(t, ctx), newStream(t, ctx)
+	const n = 1 << 16
+	dev := devWith(t, 0, make([]byte, 4*n), dlpack.Uint32Type, n)
+	if err := dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 4*n)
+	read := func() uint32 {
+		t.Helper()
+		clear(out)
+		if err := zerocopy.CopyCUDA(goView(t, out, dlpack.Uint32Type, n), dev, b); err != nil {
+			t.Fatal(err)
+		}
+		x := *(*uint32)(unsafe.Pointer(&out[4*(n-1)]))
+		for i := 0; i < 4*n; i += 4 {
+			if y := *(*uint32)(unsafe.Pointer(&out[i])); y != x {
+				return 0xdeadbeef // torn: some written, some not
+			}
+		}
+		return x
+	}
+
+	// With the event wait.
+	if err := k.SpinThenWrite(a, cuda.DevicePtr(dev.Ptr()), n, 7, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	dev.SetStream(a.Handle())
+	if got := read(); got != 7 {
+		t.Fatalf("with the event wait: read %#x, want 7", got)
+	}
+	if dev.Stream() != a.Handle() {
+		t.Fatalf("source pending stream changed to %#x", dev.Stream())
+	}
+
+	// Without it: the copy on b may run before the kernel on a.
+	if err := k.SpinThenWrite(a, cuda.DevicePtr(dev.Ptr()), n, 9, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	dev.SetStream(0) // forget the pending write
+	if got := read(); got == 9 {
+		t.Fatalf("without the wait the copy still saw the new data: the test cannot detect stale reads")
+	}
+	if err := a.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != 9 {
+		t.Fatalf("after synchronizing a: read %#x, want 9", got)
+	}
+}
+
+// TestStreamOrderingPinned: an asynchronous copy into pinned memory is
+// pending on its stream; Synchronize makes it visible, and a copy from the
+// pinned view on another stream waits for it.
+func TestStreamOrderingPinned(t *testing.T) {
+	needCUDA(t)
+	ctx := retain(t, 0)
+	a, b := newStream(t, ctx), newStream(t, ctx)
+	src := pattern(4096, 3)
+	dev := devWith(t, 0, src, dlpack.Uint8Type, 4096)
+	pin, err := zerocopy.AllocPinned(dlpack.Uint8Type, 4096)
+	pin = mustView(t, pin, err)
+	if err := zerocopy.CopyCUDA(pin, dev, a); err != nil {
+		t.Fatal(err)
+	}
+	if pin.Stream() != a.Handle() {
+		t.Fatalf("pinned dst pending stream %#x, want stream a %#x", pin.Stream(), a.Handle())
+	}
+	dev2, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, 4096)
+	dev2 = mustView(t, dev2, err)
+	if err := zerocopy.CopyCUDA(dev2, pin, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := devBytes(t, dev2); string(got) != string(src) {
+		t.Fatalf("pinned hop lost data at byte %d", firstDiff(got, src))
+	}
+	if err := pin.Synchronize(); err != nil || pin.Stream() != 0 {
+		t.Fatalf("Synchronize: %v, pending %#x", err, pin.Stream())
+	}
+	if string(viewBytes(t, pin)) != string(src) {
+		t.Fatal("pinned memory wrong after Synchronize")
+	}
+}
+
+// TestAllocCUDAAsync: stream-ordered memory is pending on its stream, used
+// on another, and freed in order after both.
+func TestAllocCUDAAsync(t *testing.T) {
+	needCUDA(t)
+	ctx := retain(t, 0)
+	a, b := newStream(t, ctx), newStream(t, ctx)
+	v, err := zerocopy.AllocCUDAAsync(a, dlpack.Float32Type, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Stream() != a.Handle() {
+		t.Fatalf("pending stream %#x, want %#x", v.Stream(), a.Handle())
+	}
+	src := pattern(1024, 9)
+	if err := zerocopy.CopyCUDA(v, goView(t, src, dlpack.Float32Type, 256), b); err != nil {
+		t.Fatal(err)
+	}
+	if got := devBytes(t, v); string(got) != string(src) {
+		t.Fatal("data lost")
+	}
+	frees := 0
+	if fakeLib != "" {
+		frees = fakeCalls(t, "cuMemFreeAsync")
+	}
+	v.Close()
+	if fakeLib != "" {
+		if got := fakeCalls(t, "cuMemFreeAsync") - frees; got != 1 {
+			t.Fatalf("cuMemFreeAsync calls %d, want 1", got)
+		}
+	}
+	if err := a.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyCUDA checks views against the driver's allocations.
+func TestVerifyCUDA(t *testing.T) {
+	needCUDA(t)
+	base, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 1024)
+	base = mustView(t, base, err)
+	p := base.Ptr()
+	wrap := func(s zerocopy.Spec) *zerocopy.View {
+		v, err := zerocopy.Wrap(s, zerocopy.NewOwner(nil, "test"))
+		return mustView(t, v, err)
+	}
+	f32 := dlpack.Float32Type
+	dev0 := dlpack.CUDADevice(0)
+	goMem := make([]float32, 64)
+	pinned, err := zerocopy.AllocPinned(f32, 16)
+	pinned = mustView(t, pinned, err)
+	cases := []struct {
+		name string
+		v    *zerocopy.View
+		want string // regexp; "" for no error
+		is   error
+	}{
+		{"whole", base, "", nil},
+		{"inside", wrap(zerocopy.Spec{Ptr: p + 64, Device: dev0, DType: f32, Shape: []int64{10, 4}, Strides: []int64{8, 1}}), "", nil},
+		{"past end", wrap(zerocopy.Spec{Ptr: p + 512, Device: dev0, DType: f32, Shape: []int64{1024}}),
+			`span \[ptr, ptr\+4096\) = \[0x[0-9a-f]+, 0x[0-9a-f]+\) ends 512 bytes past the allocation \[0x[0-9a-f]+, 0x[0-9a-f]+\+4096\)`, zerocopy.ErrNotInAllocation},
+		{"negative stride before start", wrap(zerocopy.Spec{Ptr: p + 8, Device: dev0, DType: f32, Shape: []int64{4}, Strides: []int64{-4}}),
+			`span \[ptr-48, ptr\+4\) .* starts 40 bytes before the allocation`, zerocopy.ErrNotInAllocation},
+		{"go memory as cuda", wrap(zerocopy.Spec{Ptr: uintptrOf(goMem), Device: dev0, DType: f32, Shape: []int64{64}}),
+			`knows no allocation`, zerocopy.ErrNotInAllocation},
+		{"pinned claimed as device", wrap(zerocopy.Spec{Ptr: pinned.Ptr(), Device: dev0, DType: f32, Shape: []int64{16}}),
+			`claims cuda:0 but the driver says pinned host memory`, zerocopy.ErrWrongDevice},
+		{"device claimed as pinned", wrap(zerocopy.Spec{Ptr: p, Device: dlpack.Device{Type: dlpack.CUDAHost}, DType: f32, Shape: []int64{16}}),
+			`claims pinned host memory but the driver says device memory`, zerocopy.ErrWrongDevice},
+		{"pinned", pinned, "", nil},
+		{"cpu view", goView(t, make([]byte, 8), f32), "not CUDA memory", nil},
+		{"empty", wrap(zerocopy.Spec{Ptr: 0, Device: dev0, DType: f32, Shape: []int64{0}}), "", nil},
+	}
+	if n, _ := cuda.DeviceCount(); n > 1 {
+		on1, err := zerocopy.AllocCUDA(1, f32, 8)
+		on1 = mustView(t, on1, err)
+		cases = append(cases, struct {
+			name string
+			v    *zerocopy.View
+			want string
+			is   error
+		}{"wrong device", wrap(zerocopy.Spec{Ptr: on1.Ptr(), Device: dev0, DType: f32, Shape: []int64{8}}),
+			`claims cuda:0 but the memory is on cuda:1`, zerocopy.ErrWrongDevice})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := zerocopy.VerifyCUDA(c.v)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !regexp.MustCompile(c.want).MatchString(err.Error()) {
+				t.Fatalf("got %v\nwant match for %s", err, c.want)
+			}
+			if c.is != nil && !errors.Is(err, c.is) {
+				t.Fatalf("%v does not match %v", err, c.is)
+			}
+		})
+	}
+	keep(goMem)
+
+	freed, err := zerocopy.AllocCUDA(0, f32, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := wrap(zerocopy.Spec{Ptr: freed.Ptr(), Device: dev0, DType: f32, Shape: []int64{16}})
+	freed.Close()
+	if err := zerocopy.VerifyCUDA(stale); !errors.Is(err, zerocopy.ErrNotInAllocation) {
+		t.Fatalf("freed memory: got %v", err)
+	}
+}
+
+func TestClassifyPointer(t *testing.T) {
+	needCUDA(t)
+	d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, 64)
+	d = mustView(t, d, err)
+	p, err := zerocopy.AllocPinned(dlpack.Uint8Type, 64)
+	p = mustView(t, p, err)
+	buf := make([]byte, 1<<16)
+	g := goView(t, buf, dlpack.Uint8Type)
+	cases := []struct {
+		name string
+		ptr  uintptr
+		kind zerocopy.PointerKind
+		dev  int
+	}{
+		{"device", d.Ptr() + 10, zerocopy.PointerDevice, 0},
+		{"pinned", p.Ptr(), zerocopy.PointerHost, 0},
+		{"go", g.Ptr(), zerocopy.PointerUnknown, -1},
+		{"null", 0, zerocopy.PointerUnknown, -1},
+	}
+	for _, c := range cases {
+		kind, dev, err := zerocopy.ClassifyPointer(c.ptr)
+		if err != nil || kind != c.kind || (c.dev >= 0 && dev != c.dev) {
+			t.Errorf("%s: got %v on %d (%v), want %v on %d", c.name, kind, dev, err, c.kind, c.dev)
+		}
+	}
+	if err := zerocopy.RegisterHost(g); err != nil {
+		t.Fatal(err)
+	}
+	if kind, _, _ := zerocopy.ClassifyPointer(g.Ptr() + 100); kind != zerocopy.PointerRegistered {
+		t.Fatalf("after RegisterHost: %v", kind)
+	}
+	if err := zerocopy.UnregisterHost(g); err != nil {
+		t.Fatal(err)
+	}
+	if kind, _, _ := zerocopy.ClassifyPointer(g.Ptr()); kind != zerocopy.PointerUnknown {
+		t.Fatalf("after UnregisterHost: %v", kind)
+	}
+	if s := zerocopy.PointerManaged.String(); s != "managed" {
+		t.Errorf("String %q", s)
+	}
+}
+
+// TestAutoRegisters: PathAuto registers a buffer it sees again and again,
+// and the registration ends when the buffer's last view is closed.
+func TestAutoRegisters(t *testing.T) {
+	needFake(t)
+	c := newCopier(t, zerocopy.CopierOptions{StagedMin: 1024, RegisterMin: 4096, RegisterAfter: 2, ChunkBytes: 64 << 10})
+	n := 256 << 10
+	src := pattern(n, 4)
+	d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, int64(n))
+	d = mustView(t, d, err)
+	h, err := zerocopy.FromBytes(src, dlpack.Uint8Type)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs := fakeLive(t, fakeRegistered)
+	var got []zerocopy.TransferPath
+	for range 3 {
+		p, err := c.CopyVia(d, h, nil, zerocopy.PathAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p)
+	}
+	want := []zerocopy.TransferPath{zerocopy.PathStaged, zerocopy.PathRegistered, zerocopy.PathDirect}
+	if string(fmtPaths(got)) != string(fmtPaths(want)) {
+		t.Fatalf("paths %v, want %v", got, want)
+	}
+	if fakeLive(t, fakeRegistered) != regs+1 {
+		t.Fatalf("registered allocations %d, want %d", fakeLive(t, fakeRegistered), regs+1)
+	}
+	small := goView(t, make([]byte, 100), dlpack.Uint8Type)
+	head := apply(t, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(0, 0, 100, 1) }, d)
+	if p, err := c.CopyVia(small, head, nil, zerocopy.PathAuto); err != nil || p != zerocopy.PathDirect {
+		t.Fatalf("small copy: %v %v", p, err)
+	}
+	if got := devBytes(t, d); string(got) != string(src) {
+		t.Fatal("data lost")
+	}
+	h.Close()
+	if fakeLive(t, fakeRegistered) != regs {
+		t.Fatal("closing the last view did not unregister the buffer")
+	}
+}
+
+func fmtPaths(ps []zerocopy.TransferPath) string {
+	var b strings.Builder
+	for _, p := range ps {
+		b.WriteString(p.String() + " ")
+	}
+	return b.String()
+}
+
+func TestParseTransferPath(t *testing.T) {
+	for _, s := range []string{"auto", "direct", "Staged", "registered"} {
+		p, err := zerocopy.ParseTransferPath(s)
+		if err != nil || !strings.EqualFold(p.String(), s) {
+			t.Errorf("%s: %v %v", s, p, err)
+		}
+	}
+	if _, err := zerocopy.ParseTransferPath("host"); err == nil {
+		t.Error("host is not forcible")
+	}
+}
