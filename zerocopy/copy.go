@@ -12,11 +12,12 @@ import (
 // Copy copies the elements of src into dst, which must have the same dtype
 // and shape; either side may have any strides (negative and broadcast
 // strides included on the source side). Both must be host-accessible (CPU,
-// pinned, managed, or registered fake device memory); device memory needs
-// the cuda package's copy. When the two views share bytes the result is as
-// if src had been read completely before dst was written (memmove
-// semantics). A destination in which several positions share one element
-// (a broadcast, stride-0 dim) is refused, as PyTorch refuses it.
+// pinned, managed, or registered fake device memory); device memory is
+// copied with CopyCUDA. When the two views share bytes the result is as if
+// src had been read completely before dst was written (memmove semantics).
+// A destination in which several positions share one element (a broadcast,
+// stride-0 dim) is refused, as PyTorch refuses it; other self-overlapping
+// destinations (hand-made strides) are not detected and get the last write.
 func Copy(dst, src *View) error {
 	if err := dst.check(); err != nil {
 		return fmt.Errorf("zerocopy: Copy: dst: %w", err)

@@ -264,7 +264,7 @@ func TestCopyErrors(t *testing.T) {
 		{"shape", a, b, "copy: dst shape [2 3] != src shape [3 2]"},
 		{"read-only", ro, a, "copy: dst is read-only"},
 		{"broadcast dst", bc, a, "dst dim 0 has stride 0 and extent 2"},
-		{"device dst", dev, a, "dst: memory on cuda:0 is not host-accessible (use the cuda package"},
+		{"device dst", dev, a, "dst: memory on cuda:0 is not host-accessible (copy it with CopyCUDA)"},
 		{"device src", a, dev, "src: memory on cuda:0 is not host-accessible"},
 		{"closed src", a, closed, "src: zerocopy: use of a closed view"},
 		{"closed dst", closed, a, "dst: zerocopy: use of a closed view"},

@@ -30,6 +30,13 @@
 //	defer col.Close()
 //	x, err := zerocopy.At[float32](col, 1) // 5
 //
+// Memory from elsewhere comes in and goes out without copies too:
+// FromDLPackVersioned and FromDLPackLegacy take over a DLPack tensor (its
+// deleter runs exactly once, when the last view is closed), ToDLPack hands
+// a view to a DLPack consumer, CUDAArrayInterface and ArrayInterface
+// describe a view as the Python dictionaries, and FromCAI makes a view of
+// one. Device memory is copied with CopyCUDA.
+//
 // SetLeakReporter turns on a safety net that reports views the garbage
 // collector finds unreachable but never closed, and releases them. It is off
 // by default and costs nothing then.

@@ -237,7 +237,7 @@ func hostAccessible(v *View, op string) error {
 	if hostBacked(v.ptr, lo, hi) {
 		return nil
 	}
-	return fmt.Errorf("zerocopy: %s: memory on %s is not host-accessible (use the cuda package to copy it)", op, v.device)
+	return fmt.Errorf("zerocopy: %s: memory on %s is not host-accessible (copy it with CopyCUDA)", op, v.device)
 }
 
 // elemPointer checks idx against v's shape (negative indices count from the

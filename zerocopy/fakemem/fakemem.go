@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -18,6 +19,8 @@ var (
 	ErrUseAfterFree     = errors.New("fakemem: use after free")
 	ErrOutOfBounds      = errors.New("fakemem: out of bounds")
 	ErrGuardOverwritten = errors.New("fakemem: guard zone overwritten")
+	ErrLeaked           = errors.New("fakemem: allocations still live")
+	ErrClosed           = errors.New("fakemem: tracker closed")
 )
 
 // GuardByte fills the guard zone after every allocation.
@@ -122,6 +125,7 @@ type Tracker struct {
 	byPtr  map[uintptr]*block
 	stats  Stats
 	events []Event
+	closed bool
 }
 
 // New returns a Tracker with opts (defaults filled in).
@@ -170,6 +174,12 @@ func (t *Tracker) Alloc(dev dlpack.Device, nbytes int64) (Allocation, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		if b.unregister != nil {
+			b.unregister()
+		}
+		return Allocation{}, fmt.Errorf("%w: Alloc(%s, %d)", ErrClosed, dev, nbytes)
+	}
 	i := sort.Search(len(t.blocks), func(i int) bool { return t.blocks[i].base > b.base })
 	t.blocks = append(t.blocks, nil)
 	copy(t.blocks[i+1:], t.blocks[i:])
@@ -327,6 +337,30 @@ func (t *Tracker) Live() []Allocation {
 		}
 	}
 	return out
+}
+
+// Close ends the tracker's use: it withdraws the host-access registrations
+// of live allocations and refuses further Alloc calls. Frees still work and
+// are counted (a deleter may come late). It returns ErrLeaked, listing
+// them, when allocations are still live: call it at the end of a test.
+func (t *Tracker) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	var live []string
+	for _, b := range t.blocks {
+		if b.freed {
+			continue
+		}
+		if b.unregister != nil {
+			b.unregister()
+		}
+		live = append(live, fmt.Sprintf("%d bytes at %#x on %s", b.size, b.base, b.dev))
+	}
+	if len(live) > 0 {
+		return fmt.Errorf("%w: %s", ErrLeaked, strings.Join(live, ", "))
+	}
+	return nil
 }
 
 // Releaser returns a zerocopy.Releaser that frees ptr: the deleter to put

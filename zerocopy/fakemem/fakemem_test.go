@@ -285,3 +285,28 @@ func TestConcurrentAllocFree(t *testing.T) {
 		t.Errorf("events: %v", ev)
 	}
 }
+
+func TestClose(t *testing.T) {
+	tr := fakemem.New(fakemem.Options{HostAccess: true})
+	v, err := tr.View(dlpack.CUDADevice(0), dlpack.Uint8Type, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Close()
+	if !errors.Is(err, fakemem.ErrLeaked) || !strings.Contains(err.Error(), "4 bytes at") {
+		t.Errorf("Close with a live allocation: %v", err)
+	}
+	if _, err := zerocopy.HostSliceRO[uint8](v); err == nil {
+		t.Errorf("host access still registered after Close")
+	}
+	if _, err := tr.Alloc(dlpack.CPUDevice, 1); !errors.Is(err, fakemem.ErrClosed) {
+		t.Errorf("Alloc after Close: %v", err)
+	}
+	v.Close() // a late deleter still counts
+	if s := tr.Stats(); s.Frees != 1 || s.Live != 0 {
+		t.Errorf("stats after a late free: %+v", s)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
