@@ -3,6 +3,7 @@ package pybridge
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
 )
@@ -26,6 +27,9 @@ type cudaDev struct {
 	ctx *cuda.Context
 	mu  sync.Mutex // serializes record+wait on ev
 	ev  *cuda.Event
+
+	kmu     sync.Mutex
+	kernels *cuda.Kernels // loaded on first use (tests only)
 }
 
 func init() { gpu = &cudaGPU{} }
@@ -161,4 +165,23 @@ func (g *cudaGPU) PointerDevice(p uintptr) (int32, error) {
 		return 0, Errorf(BufferError, "dlbridge: %#x is not CUDA memory the driver knows: %v", p, err)
 	}
 	return int32(v), nil
+}
+
+// SpinWrite queues a kernel on stream that spins for spin, then writes value
+// to the n 32-bit words at p: a slow producer, for stream-ordering tests.
+func (g *cudaGPU) SpinWrite(id int32, p uintptr, n int64, value uint32, spin time.Duration, stream uintptr) error {
+	d, err := g.dev(id)
+	if err != nil {
+		return err
+	}
+	d.kmu.Lock()
+	if d.kernels == nil {
+		if d.kernels, err = d.ctx.LoadKernels(); err != nil {
+			d.kmu.Unlock()
+			return WithCode(RuntimeError, err)
+		}
+	}
+	k := d.kernels
+	d.kmu.Unlock()
+	return WithCode(RuntimeError, k.SpinThenWrite(d.ctx.WrapStream(stream), cuda.DevicePtr(p), n, value, spin))
 }

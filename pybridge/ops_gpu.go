@@ -3,6 +3,7 @@ package pybridge
 import (
 	"github.com/dlbridge/dlbridge/dlpack"
 	"github.com/dlbridge/dlbridge/zerocopy"
+	"time"
 )
 
 // Go-side operations on CUDA memory. Without kernels of our own, they move
@@ -201,4 +202,37 @@ func gpuCopy(dst, src *Tensor) error {
 		return err
 	}
 	return unstage(dst, dh)
+}
+
+// spinWriter is the optional backend method behind DebugSpinWrite.
+type spinWriter interface {
+	SpinWrite(id int32, p uintptr, n int64, value uint32, spin time.Duration, stream uintptr) error
+}
+
+// DebugSpinWrite queues, on the work stream, a kernel that busy-waits for
+// spin and then writes value into every element of a contiguous CUDA tensor
+// of a 4-byte dtype (its bits: 0x3f800000 is float32 1.0). It returns at
+// once, leaving the write pending on the tensor, so tests can check that
+// consumers are ordered after it.
+func DebugSpinWrite(t *Tensor, value uint32, spin time.Duration) error {
+	v := t.View
+	d := v.Device()
+	if !isCUDA(d) || !CUDAAvailable() {
+		return Errorf(ValueError, "dlbridge: spin write needs a CUDA tensor, not one on %s", d)
+	}
+	if v.DType().ItemSize() != 4 || !v.IsCContiguous() || v.ReadOnly() {
+		return Errorf(ValueError, "dlbridge: spin write needs a writable, contiguous tensor of a 4-byte dtype, not %s%v", v.DType(), v.Shape())
+	}
+	sw, ok := gpu.(spinWriter)
+	if !ok {
+		return Errorf(RuntimeError, "dlbridge: spin write is not supported by this CUDA backend")
+	}
+	ws := gpu.WorkStream(d.ID)
+	if n := v.Len(); n > 0 {
+		if err := sw.SpinWrite(d.ID, v.Ptr(), n, value, spin, ws); err != nil {
+			return err
+		}
+	}
+	t.SetStream(ws)
+	return nil
 }

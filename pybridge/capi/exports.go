@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"errors"
+	"time"
 	"unsafe"
 
 	"github.com/dlbridge/dlbridge/cai"
@@ -532,4 +533,19 @@ func dlb_stats(liveTensors, liveExports, deleterCalls *C.int64_t) C.int32_t {
 		*deleterCalls = C.int64_t(pybridge.DeleterCalls())
 	}
 	return 0
+}
+
+// dlb_debug_spin_write queues a slow write (spin nanoseconds, then value)
+// on the work stream; see pybridge.DebugSpinWrite. For tests.
+//
+//export dlb_debug_spin_write
+func dlb_debug_spin_write(h C.uint64_t, value C.uint32_t, spinNS C.int64_t) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		return pybridge.DebugSpinWrite(t, uint32(value), time.Duration(spinNS))
+	})
 }

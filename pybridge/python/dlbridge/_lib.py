@@ -166,6 +166,7 @@ to = _declare("dlb_to", _i32, _u64, _i32, _i32, _pu64, _pinfo)
 index = _declare("dlb_index", _i32, _u64, _i32, ctypes.POINTER(IndexItem), _pu64, _pinfo)
 permute = _declare("dlb_permute", _i32, _u64, _i32, ctypes.POINTER(_i32), _pu64, _pinfo)
 stats = _declare("dlb_stats", _i32, _pi64, _pi64, _pi64)
+debug_spin_write = _declare("dlb_debug_spin_write", _i32, _u64, ctypes.c_uint32, _i64)
 call_deleter = _declare("dlb_call_deleter", None, _vp, ctypes.c_int)
 capsule_name = _declare("dlb_capsule_name", _vp, ctypes.c_int, ctypes.c_int)
 

@@ -617,6 +617,14 @@ def debug_stats():
     return {"live_tensors": a.value, "live_exports": b.value, "deleter_calls": c.value}
 
 
+def _debug_spin_write(t, bits, seconds):
+    """Queue on the work stream a CUDA kernel that spins for `seconds`, then
+    writes the 32-bit pattern `bits` into every element of t (a contiguous
+    CUDA tensor of a 4-byte dtype). Returns at once: for ordering tests."""
+    _lib.check(_lib.debug_spin_write(t._handle(), bits, int(seconds * 1e9)))
+    t._refresh_stream()
+
+
 # ---- consumers ----
 
 def _take_capsule(cap):

@@ -1,0 +1,242 @@
+"""CUDA exchanges (skipped without a CUDA device): dlbridge's own CUDA
+tensors, PyTorch, CuPy, JAX, Numba and cuda.core, through DLPack and the
+CUDA Array Interface, stream ordering, and a soak."""
+
+import gc
+import os
+import struct
+
+import pytest
+
+import dlbridge
+from dlbridge import _tensor
+
+pytestmark = pytest.mark.gpu
+
+F32_ONE = struct.unpack("<I", struct.pack("<f", 1.0))[0]
+F32_SEVEN = struct.unpack("<I", struct.pack("<f", 7.0))[0]
+
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch %s has no CUDA" % torch.__version__)
+    return torch
+
+
+class CAIOnly:
+    """Exposes nothing but another object's __cuda_array_interface__."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.__cuda_array_interface__ = obj.__cuda_array_interface__
+
+
+def test_own_cuda_tensors():
+    g = dlbridge.arange(10, dtype="float32", device="cuda")
+    assert g.device == "cuda:0" and g.__dlpack_device__() == (2, 0)
+    assert g.sum() == 45.0
+    g.fill_(2)
+    assert g.sum() == 20.0
+    z = dlbridge.zeros((3, 4), dtype="float64", device="cuda:0")
+    assert z.sum() == 0
+    z[:, 1].fill_(1)  # strided, through host staging
+    assert z.sum() == 3
+    assert z.to("cpu").tolist() == [[0, 1, 0, 0]] * 3
+    h = dlbridge.arange(6, dtype="int32")
+    d = h.to("cuda")
+    assert d.device == "cuda:0" and d.sum() == 15
+    d.copy_(dlbridge.arange(6, dtype="float64"))  # converting host -> device
+    assert d.to("cpu").tolist() == [0, 1, 2, 3, 4, 5]
+    cai = g.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["data"][0] == g.data_ptr() and cai["typestr"] == "<f4"
+    assert not hasattr(g, "__array_interface__")
+    assert not hasattr(h, "__cuda_array_interface__")
+    e = dlbridge.zeros((0, 3), device="cuda")
+    assert e.sum() == 0 and e.__cuda_array_interface__["data"][0] == 0
+
+
+def test_dlpack_to_cpu_copies():
+    g = dlbridge.arange(4, dtype="float32", device="cuda")
+    c = dlbridge.from_dlpack(g, device="cpu")
+    assert c.device == "cpu" and c.tolist() == [0, 1, 2, 3]
+    with pytest.raises(BufferError, match="copy=False"):
+        dlbridge.from_dlpack(g, device="cpu", copy=False)
+    cap = g.__dlpack__(max_version=(1, 3), dl_device=(1, 0))
+    back = dlbridge.from_dlpack(cap)
+    assert back.device == "cpu" and back.is_copy
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int32", "int64", "uint8", "float16", "bfloat16",
+                                   "float32", "float64", "complex64", "complex128"])
+def test_torch_cuda_both_ways(dtype):
+    torch = _torch_cuda()
+    g = dlbridge.zeros((4, 5), dtype=dtype, device="cuda")
+    x = torch.from_dlpack(g)
+    assert x.device.type == "cuda" and x.data_ptr() == g.data_ptr() and x.dtype == getattr(torch, dtype)
+    x.fill_(1)
+    assert dlbridge.from_dlpack(x).sum() == 20  # torch orders its fill before our stream
+    y = torch.zeros(4, 5, dtype=getattr(torch, dtype), device="cuda")
+    u = dlbridge.from_dlpack(y)
+    assert u.data_ptr() == y.data_ptr() and u.device == "cuda:0"
+    u.fill_(1)
+    assert bool((y == 1).all().item())
+    v = dlbridge.from_dlpack(y.t())
+    assert v.strides == tuple(y.t().stride()) and v.data_ptr() == y.data_ptr()
+
+
+def test_torch_cai_both_ways():
+    torch = _torch_cuda()
+    g = dlbridge.arange(8, dtype="float32", device="cuda")
+    x = torch.as_tensor(g, device="cuda")  # __cuda_array_interface__
+    assert x.data_ptr() == g.data_ptr()
+    y = torch.arange(8.0, device="cuda")
+    u = dlbridge.asarray(CAIOnly(y))
+    assert u.data_ptr() == y.data_ptr() and u.sum() == 28.0
+    u.fill_(1)
+    assert y.sum().item() == 8.0
+
+
+def test_torch_stream_ordering_on_import():
+    """torch's fill is still running on its own stream when we import."""
+    torch = _torch_cuda()
+    n = 1 << 20
+    x = torch.zeros(n, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the write
+        x.fill_(7.0)
+        t = dlbridge.from_dlpack(x)  # __dlpack__(stream=ours): event record + wait
+    assert t.sum() == 7.0 * n
+
+
+def test_torch_stream_ordering_on_export():
+    """Our slow write is still running when torch takes the tensor on a
+    stream of its own (non-blocking: no implicit sync with ours)."""
+    torch = _torch_cuda()
+    n = 1 << 20
+    g = dlbridge.zeros(n, dtype="float32", device="cuda")
+    _tensor._debug_spin_write(g, F32_SEVEN, 0.2)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.from_dlpack(g)  # consumer stream s waits for our event
+        total = x.sum()
+    s.synchronize()
+    assert total.item() == 7.0 * n
+
+
+def test_cai_stream_ordering_on_import():
+    """A CuPy kernel still spinning on a non-blocking stream when we take the
+    array through __cuda_array_interface__ v3 (its 'stream' entry)."""
+    cupy = pytest.importorskip("cupy")
+    spin_fill = cupy.RawKernel(r"""
+    extern "C" __global__ void spin_fill(float* p, long long n, float v, long long cycles) {
+        long long t0 = clock64();
+        while (clock64() - t0 < cycles) {}
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+             i += (long long)gridDim.x * blockDim.x) p[i] = v;
+    }""", "spin_fill")
+    n = 1 << 20
+    a = cupy.zeros(n, dtype=cupy.float32)
+    cupy.cuda.Device().synchronize()
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        spin_fill((64,), (256,), (a, cupy.int64(n), cupy.float32(1.0), cupy.int64(200_000_000)))
+        cai = a.__cuda_array_interface__
+        t = dlbridge.asarray(CAIOnly(a))
+    assert cai.get("stream") in (None, s.ptr)
+    assert t.sum() == float(n)
+
+
+def test_cupy_both_ways():
+    cupy = pytest.importorskip("cupy")
+    g = dlbridge.arange(16, dtype="float32", device="cuda")
+    c = cupy.from_dlpack(g)
+    assert c.data.ptr == g.data_ptr()
+    d = cupy.asarray(g)  # CAI
+    assert d.data.ptr == g.data_ptr()
+    c *= 2
+    assert g.sum() == 240.0
+    e = cupy.arange(12, dtype=cupy.int64).reshape(3, 4)
+    u = dlbridge.from_dlpack(e)
+    assert u.data_ptr() == e.data.ptr and u.shape == (3, 4)
+    u.fill_(3)
+    assert int(e.sum()) == 36
+    w = dlbridge.asarray(CAIOnly(e[:, ::2]))
+    assert w.strides == (4, 2) and w.data_ptr() == e.data.ptr
+
+
+def test_jax_both_ways():
+    jax = pytest.importorskip("jax")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        pytest.skip("jax has no GPU backend")
+    import jax.numpy as jnp
+
+    g = dlbridge.arange(8, dtype="float32", device="cuda")
+    j = jax.dlpack.from_dlpack(g)
+    assert float(j.sum()) == 28.0
+    ja = jnp.arange(6, dtype=jnp.float32) + 1
+    t = dlbridge.from_dlpack(ja)
+    assert t.device == "cuda:0" and t.sum() == 21.0
+    assert t.data_ptr() == ja.unsafe_buffer_pointer()
+
+
+def test_numba_cai_both_ways():
+    pytest.importorskip("numba")
+    from numba import cuda as ncuda
+
+    g = dlbridge.arange(8, dtype="float32", device="cuda")
+    d = ncuda.as_cuda_array(g)
+    assert d.device_ctypes_pointer.value == g.data_ptr()
+    n = ncuda.to_device(bytearray(16))
+    t = dlbridge.asarray(n)
+    assert t.data_ptr() == n.device_ctypes_pointer.value and t.sum() == 0
+
+
+def test_cuda_core_strided_memory_view():
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError:
+        try:
+            from cuda.core.experimental.utils import StridedMemoryView
+        except ImportError:
+            pytest.skip("cuda.core is not installed")
+    g = dlbridge.zeros((4, 6), dtype="float32", device="cuda")[:, ::2]
+    v = StridedMemoryView(g, stream_ptr=-1)
+    assert v.ptr == g.data_ptr() and tuple(v.shape) == (4, 3)
+    assert tuple(v.strides) == (6, 2) or tuple(v.strides) == (24, 8)
+
+
+def test_soak_memory_is_flat(stats):
+    torch = _torch_cuda()
+    import resource
+
+    n = int(os.environ.get("DLBRIDGE_SOAK", "100000"))
+    g = dlbridge.zeros(1 << 10, dtype="float32", device="cuda")
+    h = dlbridge.zeros(1 << 10, dtype="float32")
+    x = torch.ones(1 << 10, device="cuda")
+
+    def round_trip():
+        torch.from_dlpack(g)
+        dlbridge.from_dlpack(x).close()
+        torch.from_dlpack(h)
+
+    for _ in range(1000):  # warm up allocator caches
+        round_trip()
+    before = stats()
+    gpu_before = torch.cuda.memory_allocated()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(n):
+        round_trip()
+    after = stats()
+    assert after["live_tensors"] == before["live_tensors"]
+    assert after["live_exports"] == before["live_exports"]
+    assert after["deleter_calls"] - before["deleter_calls"] == 2 * n
+    assert torch.cuda.memory_allocated() == gpu_before
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
+    assert grown_kib < 64 * 1024, "RSS grew by %d KiB over %d exchanges" % (grown_kib, n)
