@@ -245,14 +245,14 @@ func (c *Context) SetCurrent() (restore func(), err error) {
 	if err := c.use("Context.SetCurrent"); err != nil {
 		return nil, err
 	}
-	var prev uintptr
-	if r := cuCtxGetCurrent(ptrOf(&prev)); r != Success {
+	prev, r := cuCtxGetCurrent()
+	if r != Success {
 		return nil, newError("cuCtxGetCurrent", r, "")
 	}
 	if r := cuCtxSetCurrent(c.h); r != Success {
 		return nil, newError("cuCtxSetCurrent", r, c.String())
 	}
-	return func() { cuCtxSetCurrent(prev) }, nil
+	return func() { cuCtxSetCurrent(uintptr(prev)) }, nil
 }
 
 // CurrentContext returns the raw CUcontext current on the calling OS thread
@@ -262,9 +262,9 @@ func CurrentContext() (uintptr, error) {
 	if err := load(); err != nil {
 		return 0, err
 	}
-	var h uintptr
-	if r := cuCtxGetCurrent(ptrOf(&h)); r != Success {
+	h, r := cuCtxGetCurrent()
+	if r != Success {
 		return 0, newError("cuCtxGetCurrent", r, "")
 	}
-	return h, nil
+	return uintptr(h), nil
 }

@@ -7,10 +7,11 @@ package cuda
 // that was current, or 0 when the thread had none (ours then stays, so the
 // next call on this thread finds it and pays one cuCtxGetCurrent only).
 func enterCtx(ctx uintptr) (prev uintptr, r Result) {
-	var cur uintptr
-	if r = cuCtxGetCurrent(ptrOf(&cur)); r != Success {
+	c, r := cuCtxGetCurrent()
+	if r != Success {
 		return 0, r
 	}
+	cur := uintptr(c)
 	if cur == ctx {
 		return 0, Success
 	}

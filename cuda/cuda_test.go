@@ -1084,6 +1084,7 @@ func TestStreamOrdering(t *testing.T) {
 
 	run := func(wait bool, value uint32) (stale int) {
 		must(t, c.MemsetD32(p, 0, n))
+		must(t, c.LegacyStream().Synchronize()) // A and B do not wait for the legacy stream
 		hb := host.Bytes()
 		for i := range hb {
 			hb[i] = 0xee

@@ -177,11 +177,11 @@ func (d Device) Attribute(a DeviceAttribute) (int, error) {
 	if err := d.check("Device.Attribute"); err != nil {
 		return 0, err
 	}
-	var v int32
-	if r := cuDeviceGetAttribute(ptrOf(&v), int32(a), d.handle); r != Success {
+	v, r := cuDeviceGetAttribute(int32(a), d.handle)
+	if r != Success {
 		return 0, newError("cuDeviceGetAttribute", r, fmt.Sprintf("attr=%d %v", a, d))
 	}
-	return int(v), nil
+	return int(int32(uint32(v))), nil
 }
 
 // CanAccessPeer reports whether d can address memory of peer directly

@@ -30,6 +30,11 @@ import (
 // Argument kinds: p = pointer (unsafe.Pointer / void*), h = opaque driver
 // handle (uintptr / uintptr_t), i = int32 / int, u = uint32 / unsigned int,
 // q = uint64 / unsigned long long (also size_t and CUdeviceptr on LP64).
+// Output parameters of hot calls are o (8 bytes) or w (4 bytes): the Go
+// function has no parameter for them and returns their values (as uint64)
+// before the Result. In the cgo build the C trampoline passes the address
+// of a C local and returns the value in a struct, so no Go memory escapes
+// to the heap for them; the purego build uses a Go variable.
 type entry struct {
 	name string   // Go function name = preferred symbol
 	syms []string // symbols to try, first found wins (nil: just name)
@@ -45,7 +50,7 @@ var table = []entry{
 	{name: "cuDeviceGetCount", args: "count:p"},
 	{name: "cuDeviceGet", args: "dev:p ordinal:i"},
 	{name: "cuDeviceGetName", args: "name:p length:i dev:i"},
-	{name: "cuDeviceGetAttribute", args: "pi:p attrib:i dev:i"},
+	{name: "cuDeviceGetAttribute", args: "pi:w attrib:i dev:i"},
 	{name: "cuDeviceTotalMem_v2", args: "bytes:p dev:i"},
 	{name: "cuDeviceGetPCIBusId", args: "busid:p length:i dev:i"},
 	{name: "cuDeviceGetUuid", syms: []string{"cuDeviceGetUuid_v2", "cuDeviceGetUuid"}, args: "uuid:p dev:i"},
@@ -53,7 +58,7 @@ var table = []entry{
 
 	{name: "cuDevicePrimaryCtxRetain", args: "pctx:p dev:i"},
 	{name: "cuDevicePrimaryCtxRelease_v2", args: "dev:i"},
-	{name: "cuCtxGetCurrent", args: "pctx:p"},
+	{name: "cuCtxGetCurrent", args: "pctx:o"},
 	{name: "cuCtxSetCurrent", args: "hctx:h"},
 	{name: "cuCtxPushCurrent_v2", args: "hctx:h"},
 	{name: "cuCtxPopCurrent_v2", args: "pctx:p"},
@@ -63,17 +68,17 @@ var table = []entry{
 	{name: "cuCtxGetStreamPriorityRange", args: "least:p greatest:p"},
 
 	{name: "cuMemGetInfo_v2", args: "free:p total:p"},
-	{name: "cuMemAlloc_v2", args: "pdptr:p bytes:q"},
+	{name: "cuMemAlloc_v2", args: "pdptr:o bytes:q"},
 	{name: "cuMemFree_v2", args: "dptr:q"},
 	{name: "cuMemAllocManaged", args: "pdptr:p bytes:q flags:u"},
-	{name: "cuMemAllocAsync", args: "pdptr:p bytes:q stream:h"},
+	{name: "cuMemAllocAsync", args: "pdptr:o bytes:q stream:h"},
 	{name: "cuMemFreeAsync", args: "dptr:q stream:h"},
 	{name: "cuMemHostAlloc", args: "pp:p bytes:q flags:u"},
 	{name: "cuMemFreeHost", args: "p:p"},
 	{name: "cuMemHostRegister_v2", args: "p:p bytes:q flags:u"},
 	{name: "cuMemHostUnregister", args: "p:p"},
 	{name: "cuMemHostGetDevicePointer_v2", args: "pdptr:p p:p flags:u"},
-	{name: "cuMemGetAddressRange_v2", args: "pbase:p psize:p dptr:q"},
+	{name: "cuMemGetAddressRange_v2", args: "pbase:o psize:o dptr:q"},
 
 	{name: "cuMemsetD8_v2", args: "dst:q value:u n:q"},
 	{name: "cuMemsetD32_v2", args: "dst:q value:u n:q"},
@@ -108,13 +113,13 @@ var table = []entry{
 	{name: "cuEventQuery", args: "event:h"},
 	{name: "cuEventElapsedTime", syms: []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"}, args: "ms:p start:h end:h"},
 
-	{name: "cuPointerGetAttribute", args: "data:p attr:i ptr:q"},
+	{name: "cuPointerGetAttribute", args: "data:o attr:i ptr:q"},
 	{name: "cuPointerGetAttributes", args: "n:u attrs:p data:p ptr:q"},
 
 	{name: "cuModuleLoadDataEx", args: "pmod:p image:p nopts:u opts:p vals:p"},
 	{name: "cuModuleUnload", args: "mod:h"},
 	{name: "cuModuleGetFunction", args: "pfn:p mod:h name:p"},
-	{name: "cuFuncGetAttribute", args: "pi:p attr:i hfunc:h"},
+	{name: "cuFuncGetAttribute", args: "pi:w attr:i hfunc:h"},
 	{name: "cuLaunchKernel", args: "hfunc:h gx:u gy:u gz:u bx:u by:u bz:u shmem:u stream:h params:p extra:p"},
 }
 
@@ -132,26 +137,73 @@ func parseArgs(s string) []arg {
 	return out
 }
 
+func isOut(k string) bool { return k == "o" || k == "w" }
+
 var goType = map[string]string{"p": "unsafe.Pointer", "h": "uintptr", "i": "int32", "u": "uint32", "q": "uint64"}
-var cType = map[string]string{"p": "void*", "h": "uintptr_t", "i": "int", "u": "unsigned int", "q": "unsigned long long"}
+var cType = map[string]string{"p": "void*", "h": "uintptr_t", "i": "int", "u": "unsigned int", "q": "unsigned long long",
+	"o": "unsigned long long*", "w": "unsigned int*"}
 var cgoConv = map[string]string{"p": "%s", "h": "C.uintptr_t(%s)", "i": "C.int(%s)", "u": "C.uint(%s)", "q": "C.ulonglong(%s)"}
 
 func symConst(name string) string { return "sym_" + name }
 
-func goParams(args []arg) string {
+// sig describes one entry's Go and C shapes.
+type sig struct {
+	args  []arg
+	ins   []arg // the arguments the Go function takes
+	nouts int
+}
+
+func newSig(e entry) sig {
+	s := sig{args: parseArgs(e.args)}
+	for _, a := range s.args {
+		if isOut(a.kind) {
+			s.nouts++
+		} else {
+			s.ins = append(s.ins, a)
+		}
+	}
+	if s.nouts > 2 {
+		panic(e.name + ": at most 2 outputs")
+	}
+	return s
+}
+
+func (s sig) goParams() string {
 	var b []string
-	for _, a := range args {
+	for _, a := range s.ins {
 		b = append(b, a.name+" "+goType[a.kind])
 	}
 	return strings.Join(b, ", ")
 }
 
-func goNames(args []arg) string {
+func (s sig) goNames() string {
 	var b []string
-	for _, a := range args {
+	for _, a := range s.ins {
 		b = append(b, a.name)
 	}
 	return strings.Join(b, ", ")
+}
+
+// goResults is the result list: "Result" or "(uint64, Result)" etc.
+func (s sig) goResults() string {
+	if s.nouts == 0 {
+		return "Result"
+	}
+	return "(" + strings.Repeat("uint64, ", s.nouts) + "Result)"
+}
+
+// zeroRet returns the "no symbol" return statement operands.
+func (s sig) noSym() string {
+	return strings.Repeat("0, ", s.nouts) + "resultNoSymbol"
+}
+
+// outVars names the output values o0, o1.
+func (s sig) outVars() []string {
+	var v []string
+	for i := 0; i < s.nouts; i++ {
+		v = append(v, fmt.Sprintf("o%d", i))
+	}
+	return v
 }
 
 func prefixed(pre string, rest string) string {
@@ -214,27 +266,78 @@ func writePurego() {
 	b.WriteString("import (\n\t\"runtime\"\n\t\"unsafe\"\n\n\t\"github.com/ebitengine/purego\"\n)\n\n")
 	b.WriteString("var _ unsafe.Pointer\n\n")
 	for _, e := range table {
-		args := parseArgs(e.args)
-		var conv []string
-		for _, a := range args {
-			conv = append(conv, "uintptr("+a.name+")")
+		sg := newSig(e)
+		// Output variables live in Go memory here (SyscallN's
+		// go:uintptrescapes keeps them on the heap during the call).
+		var decl, conv []string
+		oi := 0
+		for _, a := range sg.args {
+			switch a.kind {
+			case "o":
+				decl = append(decl, fmt.Sprintf("var o%d uint64", oi))
+				conv = append(conv, fmt.Sprintf("uintptr(unsafe.Pointer(&o%d))", oi))
+				oi++
+			case "w":
+				decl = append(decl, fmt.Sprintf("var o%d uint32", oi))
+				conv = append(conv, fmt.Sprintf("uintptr(unsafe.Pointer(&o%d))", oi))
+				oi++
+			default:
+				conv = append(conv, "uintptr("+a.name+")")
+			}
+		}
+		var rets []string
+		for i, v := range sg.outVars() {
+			if sg.args[outIndex(sg, i)].kind == "w" {
+				rets = append(rets, "uint64("+v+")")
+			} else {
+				rets = append(rets, v)
+			}
 		}
 		call := prefixed("fn", strings.Join(conv, ", "))
-		fmt.Fprintf(&b, "func %s(%s) Result {\n", e.name, goParams(args))
-		fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn resultNoSymbol\n\t}\n", symConst(e.name))
-		fmt.Fprintf(&b, "\tr, _, _ := purego.SyscallN(%s)\n\treturn Result(int32(r))\n}\n\n", call)
+		ret := func(r string) string { return strings.Join(append(append([]string{}, rets...), r), ", ") }
+		zeros := strings.Repeat("0, ", sg.nouts)
 
-		fmt.Fprintf(&b, "func %s_ctx(%s) Result {\n", e.name, prefixed("ctx uintptr", goParams(args)))
-		fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn resultNoSymbol\n\t}\n", symConst(e.name))
+		fmt.Fprintf(&b, "func %s(%s) %s {\n", e.name, sg.goParams(), sg.goResults())
+		fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn %s\n\t}\n", symConst(e.name), sg.noSym())
+		for _, d := range decl {
+			fmt.Fprintf(&b, "\t%s\n", d)
+		}
+		fmt.Fprintf(&b, "\tr, _, _ := purego.SyscallN(%s)\n\treturn %s\n}\n\n", call, ret("Result(int32(r))"))
+
+		fmt.Fprintf(&b, "func %s_ctx(%s) %s {\n", e.name, prefixed("ctx uintptr", sg.goParams()), sg.goResults())
+		fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn %s\n\t}\n", symConst(e.name), sg.noSym())
+		for _, d := range decl {
+			fmt.Fprintf(&b, "\t%s\n", d)
+		}
 		b.WriteString("\truntime.LockOSThread()\n\tprev, r := enterCtx(ctx)\n\tif r == Success {\n")
 		fmt.Fprintf(&b, "\t\tr0, _, _ := purego.SyscallN(%s)\n\t\tr = Result(int32(r0))\n\t\tleaveCtx(prev)\n\t}\n", call)
-		b.WriteString("\truntime.UnlockOSThread()\n\treturn r\n}\n\n")
+		fmt.Fprintf(&b, "\truntime.UnlockOSThread()\n\treturn %s\n}\n\n", ret("r"))
 
-		fmt.Fprintf(&b, "func %s_auto(%s) Result {\n", e.name, prefixed("ctx uintptr, direct bool", goParams(args)))
-		fmt.Fprintf(&b, "\tif direct {\n\t\tif r := %s(%s); r != ErrInvalidContext {\n\t\t\treturn r\n\t\t}\n\t}\n", e.name, goNames(args))
-		fmt.Fprintf(&b, "\treturn %s_ctx(%s)\n}\n\n", e.name, prefixed("ctx", goNames(args)))
+		fmt.Fprintf(&b, "func %s_auto(%s) %s {\n", e.name, prefixed("ctx uintptr, direct bool", sg.goParams()), sg.goResults())
+		outs := strings.Join(sg.outVars(), ", ")
+		if sg.nouts == 0 {
+			fmt.Fprintf(&b, "\tif direct {\n\t\tif r := %s(%s); r != ErrInvalidContext {\n\t\t\treturn r\n\t\t}\n\t}\n", e.name, sg.goNames())
+		} else {
+			fmt.Fprintf(&b, "\tif direct {\n\t\tif %s, r := %s(%s); r != ErrInvalidContext {\n\t\t\treturn %s, r\n\t\t}\n\t}\n", outs, e.name, sg.goNames(), outs)
+		}
+		_ = zeros
+		fmt.Fprintf(&b, "\treturn %s_ctx(%s)\n}\n\n", e.name, prefixed("ctx", sg.goNames()))
 	}
 	emit("zcalls_purego.go", &b)
+}
+
+// outIndex returns the position in sg.args of output number i.
+func outIndex(sg sig, i int) int {
+	n := 0
+	for j, a := range sg.args {
+		if isOut(a.kind) {
+			if n == i {
+				return j
+			}
+			n++
+		}
+	}
+	panic("no output")
 }
 
 func writeCgo() {
@@ -264,65 +367,121 @@ static void dlb_leave(uintptr_t setcur, void* prev) {
 	if (prev) ((dlb_setcur_fn)setcur)(prev);
 }
 
+// Calls with output parameters return them with the result: the outputs
+// are C locals, so the Go caller passes no pointer for them.
+typedef struct { int r; unsigned long long o0, o1; } dlb_ret;
+
 `)
 	for _, e := range table {
-		args := parseArgs(e.args)
-		var cparams, ctypes, cnames []string
-		for _, a := range args {
-			cparams = append(cparams, cType[a.kind]+" "+a.name)
-			ctypes = append(ctypes, cType[a.kind])
-			if a.kind == "h" {
-				cnames = append(cnames, "(void*)"+a.name)
-			} else {
-				cnames = append(cnames, a.name)
+		sg := newSig(e)
+		var inParams, inNames, fnTypes, callArgs []string
+		oi := 0
+		var locals []string
+		for _, a := range sg.args {
+			switch a.kind {
+			case "o":
+				locals = append(locals, fmt.Sprintf("unsigned long long o%d = 0;", oi))
+				callArgs = append(callArgs, fmt.Sprintf("&o%d", oi))
+				fnTypes = append(fnTypes, "unsigned long long*")
+				oi++
+			case "w":
+				locals = append(locals, fmt.Sprintf("unsigned int o%d = 0;", oi))
+				callArgs = append(callArgs, fmt.Sprintf("&o%d", oi))
+				fnTypes = append(fnTypes, "unsigned int*")
+				oi++
+			case "h":
+				inParams = append(inParams, "uintptr_t "+a.name)
+				inNames = append(inNames, a.name)
+				callArgs = append(callArgs, "(void*)"+a.name)
+				fnTypes = append(fnTypes, "void*")
+			default:
+				inParams = append(inParams, cType[a.kind]+" "+a.name)
+				inNames = append(inNames, a.name)
+				callArgs = append(callArgs, a.name)
+				fnTypes = append(fnTypes, cType[a.kind])
 			}
-		}
-		var fnTypes []string
-		for i, t := range ctypes {
-			if args[i].kind == "h" {
-				t = "void*"
-			}
-			fnTypes = append(fnTypes, t)
 		}
 		ft := strings.Join(fnTypes, ", ")
 		if ft == "" {
 			ft = "void"
 		}
-		var plain []string
-		for _, a := range args {
-			plain = append(plain, a.name)
+		rt := "int"
+		if sg.nouts > 0 {
+			rt = "dlb_ret"
 		}
-		fmt.Fprintf(&b, "static int dlb_%s(%s) {\n\treturn ((int (*)(%s))fn)(%s);\n}\n", e.name,
-			prefixed("uintptr_t fn", strings.Join(cparams, ", ")), ft, strings.Join(cnames, ", "))
-		fmt.Fprintf(&b, "static int dlb_%s_ctx(%s) {\n\tvoid* prev;\n\tint r = dlb_enter(gc, sc, ctx, &prev);\n\tif (r != 0) return r;\n\tr = dlb_%s(%s);\n\tdlb_leave(sc, prev);\n\treturn r;\n}\n",
-			e.name, prefixed("uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn", strings.Join(cparams, ", ")),
-			e.name, prefixed("fn", strings.Join(plain, ", ")))
-		fmt.Fprintf(&b, "static int dlb_%s_auto(%s) {\n\tif (direct) {\n\t\tint r = dlb_%s(%s);\n\t\tif (r != 201) return r;\n\t}\n\treturn dlb_%s_ctx(%s);\n}\n\n",
-			e.name, prefixed("uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn", strings.Join(cparams, ", ")),
-			e.name, prefixed("fn", strings.Join(plain, ", ")),
-			e.name, prefixed("gc, sc, ctx, fn", strings.Join(plain, ", ")))
+		params := strings.Join(inParams, ", ")
+		names := strings.Join(inNames, ", ")
+		// plain
+		fmt.Fprintf(&b, "static %s dlb_%s(%s) {\n", rt, e.name, prefixed("uintptr_t fn", params))
+		call := fmt.Sprintf("((int (*)(%s))fn)(%s)", ft, strings.Join(callArgs, ", "))
+		if sg.nouts == 0 {
+			fmt.Fprintf(&b, "\treturn %s;\n}\n", call)
+		} else {
+			b.WriteString("\tdlb_ret res = {0, 0, 0};\n")
+			for _, l := range locals {
+				fmt.Fprintf(&b, "\t%s\n", l)
+			}
+			fmt.Fprintf(&b, "\tres.r = %s;\n", call)
+			for i := 0; i < sg.nouts; i++ {
+				fmt.Fprintf(&b, "\tres.o%d = o%d;\n", i, i)
+			}
+			b.WriteString("\treturn res;\n}\n")
+		}
+		// ctx
+		fmt.Fprintf(&b, "static %s dlb_%s_ctx(%s) {\n\tvoid* prev;\n", rt, e.name,
+			prefixed("uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn", params))
+		if sg.nouts == 0 {
+			fmt.Fprintf(&b, "\tint r = dlb_enter(gc, sc, ctx, &prev);\n\tif (r != 0) return r;\n\tr = dlb_%s(%s);\n\tdlb_leave(sc, prev);\n\treturn r;\n}\n",
+				e.name, prefixed("fn", names))
+		} else {
+			fmt.Fprintf(&b, "\tdlb_ret res = {0, 0, 0};\n\tres.r = dlb_enter(gc, sc, ctx, &prev);\n\tif (res.r != 0) return res;\n\tres = dlb_%s(%s);\n\tdlb_leave(sc, prev);\n\treturn res;\n}\n",
+				e.name, prefixed("fn", names))
+		}
+		// auto
+		fmt.Fprintf(&b, "static %s dlb_%s_auto(%s) {\n\tif (direct) {\n", rt, e.name,
+			prefixed("uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn", params))
+		if sg.nouts == 0 {
+			fmt.Fprintf(&b, "\t\tint r = dlb_%s(%s);\n\t\tif (r != 201) return r;\n", e.name, prefixed("fn", names))
+		} else {
+			fmt.Fprintf(&b, "\t\tdlb_ret res = dlb_%s(%s);\n\t\tif (res.r != 201) return res;\n", e.name, prefixed("fn", names))
+		}
+		fmt.Fprintf(&b, "\t}\n\treturn dlb_%s_ctx(%s);\n}\n\n", e.name, prefixed("gc, sc, ctx, fn", names))
 	}
 	b.WriteString("*/\nimport \"C\"\n\nimport \"unsafe\"\n\nvar _ unsafe.Pointer\n\n")
 	for _, e := range table {
-		args := parseArgs(e.args)
+		sg := newSig(e)
 		var conv []string
-		for _, a := range args {
+		for _, a := range sg.ins {
 			conv = append(conv, fmt.Sprintf(cgoConv[a.kind], a.name))
 		}
 		c := strings.Join(conv, ", ")
-		fmt.Fprintf(&b, "func %s(%s) Result {\n", e.name, goParams(args))
-		fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn resultNoSymbol\n\t}\n", symConst(e.name))
-		fmt.Fprintf(&b, "\treturn Result(C.dlb_%s(%s))\n}\n\n", e.name, prefixed("C.uintptr_t(fn)", c))
+		ret := func(call string) string {
+			if sg.nouts == 0 {
+				return "\treturn Result(" + call + ")\n"
+			}
+			out := "\tres := " + call + "\n\treturn "
+			for i := 0; i < sg.nouts; i++ {
+				out += fmt.Sprintf("uint64(res.o%d), ", i)
+			}
+			return out + "Result(res.r)\n"
+		}
+		head := func(name, params string) {
+			fmt.Fprintf(&b, "func %s(%s) %s {\n", name, params, sg.goResults())
+			fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn %s\n\t}\n", symConst(e.name), sg.noSym())
+		}
+		head(e.name, sg.goParams())
+		b.WriteString(ret(fmt.Sprintf("C.dlb_%s(%s)", e.name, prefixed("C.uintptr_t(fn)", c))))
+		b.WriteString("}\n\n")
 
-		fmt.Fprintf(&b, "func %s_ctx(%s) Result {\n", e.name, prefixed("ctx uintptr", goParams(args)))
-		fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn resultNoSymbol\n\t}\n", symConst(e.name))
-		fmt.Fprintf(&b, "\treturn Result(C.dlb_%s_ctx(%s))\n}\n\n", e.name,
-			prefixed("C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn)", c))
+		head(e.name+"_ctx", prefixed("ctx uintptr", sg.goParams()))
+		b.WriteString(ret(fmt.Sprintf("C.dlb_%s_ctx(%s)", e.name,
+			prefixed("C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn)", c))))
+		b.WriteString("}\n\n")
 
-		fmt.Fprintf(&b, "func %s_auto(%s) Result {\n", e.name, prefixed("ctx uintptr, direct bool", goParams(args)))
-		fmt.Fprintf(&b, "\tfn := fns[%s]\n\tif fn == 0 {\n\t\treturn resultNoSymbol\n\t}\n", symConst(e.name))
-		fmt.Fprintf(&b, "\treturn Result(C.dlb_%s_auto(%s))\n}\n\n", e.name,
-			prefixed("C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn)", c))
+		head(e.name+"_auto", prefixed("ctx uintptr, direct bool", sg.goParams()))
+		b.WriteString(ret(fmt.Sprintf("C.dlb_%s_auto(%s)", e.name,
+			prefixed("C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn)", c))))
+		b.WriteString("}\n\n")
 	}
 	b.WriteString("func cbool(b bool) C.int {\n\tif b {\n\t\treturn 1\n\t}\n\treturn 0\n}\n")
 	emit("zcalls_cgo.go", &b)

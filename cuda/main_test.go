@@ -245,3 +245,10 @@ func (f *fakeLib) Refs(dev int) int {
 
 // ClearCurrent unsets the current context of the calling OS thread.
 func (f *fakeLib) ClearCurrent() { purego.SyscallN(f.setCu, 0) }
+
+// callOffsets calls a fakecuda_offsets_* function: it fills out with field
+// offsets (the last one the struct's size) and returns how many there are.
+func callOffsets(fn uintptr, out []uintptr) int {
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&out[0])), uintptr(len(out)))
+	return int(int32(r))
+}

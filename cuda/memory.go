@@ -26,11 +26,11 @@ func (c *Context) MemAlloc(n int64) (DevicePtr, error) {
 	if n <= 0 {
 		return 0, invalid(ErrInvalidValue, "Context.MemAlloc", "size %d: must be > 0", n)
 	}
-	var p DevicePtr
-	if r := cuMemAlloc_v2_ctx(c.h, ptrOf(&p), uint64(n)); r != Success {
+	p, r := cuMemAlloc_v2_ctx(c.h, uint64(n))
+	if r != Success {
 		return 0, newError("cuMemAlloc_v2", r, fmt.Sprintf("bytes=%d %v", n, c.dev))
 	}
-	return p, nil
+	return DevicePtr(p), nil
 }
 
 // MemFree frees device memory from MemAlloc or MemAllocManaged
@@ -120,16 +120,16 @@ func MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
 	if err := load(); err != nil {
 		return 0, 0, err
 	}
-	r := cuMemGetAddressRange_v2(ptrOf(&base), ptrOf(&size), uint64(p))
+	b, size, r := cuMemGetAddressRange_v2(uint64(p))
 	if r == ErrInvalidContext {
 		if h := anyContext(); h != 0 {
-			r = cuMemGetAddressRange_v2_ctx(h, ptrOf(&base), ptrOf(&size), uint64(p))
+			b, size, r = cuMemGetAddressRange_v2_ctx(h, uint64(p))
 		}
 	}
 	if r != Success {
 		return 0, 0, newError("cuMemGetAddressRange_v2", r, fmt.Sprintf("dptr=%v", p))
 	}
-	return base, size, nil
+	return DevicePtr(b), size, nil
 }
 
 // Host allocation flags (CU_MEMHOSTALLOC_*) for MemAllocHost.

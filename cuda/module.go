@@ -208,11 +208,11 @@ func (f *Function) Attribute(a FunctionAttribute) (int, error) {
 	if _, err := f.mod.get("Function.Attribute"); err != nil {
 		return 0, err
 	}
-	var v int32
-	if r := cuFuncGetAttribute_auto(f.mod.ctx.h, true, ptrOf(&v), int32(a), f.h); r != Success {
+	v, r := cuFuncGetAttribute_auto(f.mod.ctx.h, true, int32(a), f.h)
+	if r != Success {
 		return 0, newError("cuFuncGetAttribute", r, fmt.Sprintf("attr=%d kernel=%s", a, f.name))
 	}
-	return int(v), nil
+	return int(int32(uint32(v))), nil
 }
 
 // Dim3 is a grid or block shape. Zero components count as 1.

@@ -165,11 +165,10 @@ func PointerGetAttribute(attr PointerAttribute, p DevicePtr) (uint64, error) {
 	if err := load(); err != nil {
 		return 0, err
 	}
-	var v uint64
-	r := cuPointerGetAttribute(ptrOf(&v), int32(attr), uint64(p))
+	v, r := cuPointerGetAttribute(int32(attr), uint64(p))
 	if r == ErrInvalidContext {
 		if h := anyContext(); h != 0 {
-			r = cuPointerGetAttribute_ctx(h, ptrOf(&v), int32(attr), uint64(p))
+			v, r = cuPointerGetAttribute_ctx(h, int32(attr), uint64(p))
 		}
 	}
 	if r != Success {

@@ -228,11 +228,11 @@ func (s *Stream) MemAllocAsync(n int64) (DevicePtr, error) {
 	if n <= 0 {
 		return 0, invalid(ErrInvalidValue, "Stream.MemAllocAsync", "size %d: must be > 0", n)
 	}
-	var p DevicePtr
-	if r := cuMemAllocAsync_auto(ctx, direct, ptrOf(&p), uint64(n), h); r != Success {
+	p, r := cuMemAllocAsync_auto(ctx, direct, uint64(n), h)
+	if r != Success {
 		return 0, newError("cuMemAllocAsync", r, fmt.Sprintf("bytes=%d stream=%#x", n, h))
 	}
-	return p, nil
+	return DevicePtr(p), nil
 }
 
 // MemFreeAsync frees p in stream order (cuMemFreeAsync): after the work

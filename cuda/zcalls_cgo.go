@@ -30,6 +30,10 @@ static void dlb_leave(uintptr_t setcur, void* prev) {
 	if (prev) ((dlb_setcur_fn)setcur)(prev);
 }
 
+// Calls with output parameters return them with the result: the outputs
+// are C locals, so the Go caller passes no pointer for them.
+typedef struct { int r; unsigned long long o0, o1; } dlb_ret;
+
 static int dlb_cuInit(uintptr_t fn, unsigned int flags) {
 	return ((int (*)(unsigned int))fn)(flags);
 }
@@ -163,23 +167,28 @@ static int dlb_cuDeviceGetName_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, i
 	return dlb_cuDeviceGetName_ctx(gc, sc, ctx, fn, name, length, dev);
 }
 
-static int dlb_cuDeviceGetAttribute(uintptr_t fn, void* pi, int attrib, int dev) {
-	return ((int (*)(void*, int, int))fn)(pi, attrib, dev);
+static dlb_ret dlb_cuDeviceGetAttribute(uintptr_t fn, int attrib, int dev) {
+	dlb_ret res = {0, 0, 0};
+	unsigned int o0 = 0;
+	res.r = ((int (*)(unsigned int*, int, int))fn)(&o0, attrib, dev);
+	res.o0 = o0;
+	return res;
 }
-static int dlb_cuDeviceGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* pi, int attrib, int dev) {
+static dlb_ret dlb_cuDeviceGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, int attrib, int dev) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuDeviceGetAttribute(fn, pi, attrib, dev);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuDeviceGetAttribute(fn, attrib, dev);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuDeviceGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pi, int attrib, int dev) {
+static dlb_ret dlb_cuDeviceGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int attrib, int dev) {
 	if (direct) {
-		int r = dlb_cuDeviceGetAttribute(fn, pi, attrib, dev);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuDeviceGetAttribute(fn, attrib, dev);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuDeviceGetAttribute_ctx(gc, sc, ctx, fn, pi, attrib, dev);
+	return dlb_cuDeviceGetAttribute_ctx(gc, sc, ctx, fn, attrib, dev);
 }
 
 static int dlb_cuDeviceTotalMem_v2(uintptr_t fn, void* bytes, int dev) {
@@ -296,23 +305,28 @@ static int dlb_cuDevicePrimaryCtxRelease_v2_auto(uintptr_t gc, uintptr_t sc, uin
 	return dlb_cuDevicePrimaryCtxRelease_v2_ctx(gc, sc, ctx, fn, dev);
 }
 
-static int dlb_cuCtxGetCurrent(uintptr_t fn, void* pctx) {
-	return ((int (*)(void*))fn)(pctx);
+static dlb_ret dlb_cuCtxGetCurrent(uintptr_t fn) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*))fn)(&o0);
+	res.o0 = o0;
+	return res;
 }
-static int dlb_cuCtxGetCurrent_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* pctx) {
+static dlb_ret dlb_cuCtxGetCurrent_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuCtxGetCurrent(fn, pctx);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuCtxGetCurrent(fn);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuCtxGetCurrent_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pctx) {
+static dlb_ret dlb_cuCtxGetCurrent_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn) {
 	if (direct) {
-		int r = dlb_cuCtxGetCurrent(fn, pctx);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuCtxGetCurrent(fn);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuCtxGetCurrent_ctx(gc, sc, ctx, fn, pctx);
+	return dlb_cuCtxGetCurrent_ctx(gc, sc, ctx, fn);
 }
 
 static int dlb_cuCtxSetCurrent(uintptr_t fn, uintptr_t hctx) {
@@ -467,23 +481,28 @@ static int dlb_cuMemGetInfo_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, i
 	return dlb_cuMemGetInfo_v2_ctx(gc, sc, ctx, fn, free, total);
 }
 
-static int dlb_cuMemAlloc_v2(uintptr_t fn, void* pdptr, unsigned long long bytes) {
-	return ((int (*)(void*, unsigned long long))fn)(pdptr, bytes);
+static dlb_ret dlb_cuMemAlloc_v2(uintptr_t fn, unsigned long long bytes) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, unsigned long long))fn)(&o0, bytes);
+	res.o0 = o0;
+	return res;
 }
-static int dlb_cuMemAlloc_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* pdptr, unsigned long long bytes) {
+static dlb_ret dlb_cuMemAlloc_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, unsigned long long bytes) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuMemAlloc_v2(fn, pdptr, bytes);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuMemAlloc_v2(fn, bytes);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuMemAlloc_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pdptr, unsigned long long bytes) {
+static dlb_ret dlb_cuMemAlloc_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long bytes) {
 	if (direct) {
-		int r = dlb_cuMemAlloc_v2(fn, pdptr, bytes);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuMemAlloc_v2(fn, bytes);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuMemAlloc_v2_ctx(gc, sc, ctx, fn, pdptr, bytes);
+	return dlb_cuMemAlloc_v2_ctx(gc, sc, ctx, fn, bytes);
 }
 
 static int dlb_cuMemFree_v2(uintptr_t fn, unsigned long long dptr) {
@@ -524,23 +543,28 @@ static int dlb_cuMemAllocManaged_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 	return dlb_cuMemAllocManaged_ctx(gc, sc, ctx, fn, pdptr, bytes, flags);
 }
 
-static int dlb_cuMemAllocAsync(uintptr_t fn, void* pdptr, unsigned long long bytes, uintptr_t stream) {
-	return ((int (*)(void*, unsigned long long, void*))fn)(pdptr, bytes, (void*)stream);
+static dlb_ret dlb_cuMemAllocAsync(uintptr_t fn, unsigned long long bytes, uintptr_t stream) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, unsigned long long, void*))fn)(&o0, bytes, (void*)stream);
+	res.o0 = o0;
+	return res;
 }
-static int dlb_cuMemAllocAsync_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* pdptr, unsigned long long bytes, uintptr_t stream) {
+static dlb_ret dlb_cuMemAllocAsync_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, unsigned long long bytes, uintptr_t stream) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuMemAllocAsync(fn, pdptr, bytes, stream);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuMemAllocAsync(fn, bytes, stream);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuMemAllocAsync_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pdptr, unsigned long long bytes, uintptr_t stream) {
+static dlb_ret dlb_cuMemAllocAsync_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long bytes, uintptr_t stream) {
 	if (direct) {
-		int r = dlb_cuMemAllocAsync(fn, pdptr, bytes, stream);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuMemAllocAsync(fn, bytes, stream);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuMemAllocAsync_ctx(gc, sc, ctx, fn, pdptr, bytes, stream);
+	return dlb_cuMemAllocAsync_ctx(gc, sc, ctx, fn, bytes, stream);
 }
 
 static int dlb_cuMemFreeAsync(uintptr_t fn, unsigned long long dptr, uintptr_t stream) {
@@ -657,23 +681,30 @@ static int dlb_cuMemHostGetDevicePointer_v2_auto(uintptr_t gc, uintptr_t sc, uin
 	return dlb_cuMemHostGetDevicePointer_v2_ctx(gc, sc, ctx, fn, pdptr, p, flags);
 }
 
-static int dlb_cuMemGetAddressRange_v2(uintptr_t fn, void* pbase, void* psize, unsigned long long dptr) {
-	return ((int (*)(void*, void*, unsigned long long))fn)(pbase, psize, dptr);
+static dlb_ret dlb_cuMemGetAddressRange_v2(uintptr_t fn, unsigned long long dptr) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	unsigned long long o1 = 0;
+	res.r = ((int (*)(unsigned long long*, unsigned long long*, unsigned long long))fn)(&o0, &o1, dptr);
+	res.o0 = o0;
+	res.o1 = o1;
+	return res;
 }
-static int dlb_cuMemGetAddressRange_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* pbase, void* psize, unsigned long long dptr) {
+static dlb_ret dlb_cuMemGetAddressRange_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, unsigned long long dptr) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuMemGetAddressRange_v2(fn, pbase, psize, dptr);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuMemGetAddressRange_v2(fn, dptr);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuMemGetAddressRange_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pbase, void* psize, unsigned long long dptr) {
+static dlb_ret dlb_cuMemGetAddressRange_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dptr) {
 	if (direct) {
-		int r = dlb_cuMemGetAddressRange_v2(fn, pbase, psize, dptr);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuMemGetAddressRange_v2(fn, dptr);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuMemGetAddressRange_v2_ctx(gc, sc, ctx, fn, pbase, psize, dptr);
+	return dlb_cuMemGetAddressRange_v2_ctx(gc, sc, ctx, fn, dptr);
 }
 
 static int dlb_cuMemsetD8_v2(uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n) {
@@ -1227,23 +1258,28 @@ static int dlb_cuEventElapsedTime_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 	return dlb_cuEventElapsedTime_ctx(gc, sc, ctx, fn, ms, start, end);
 }
 
-static int dlb_cuPointerGetAttribute(uintptr_t fn, void* data, int attr, unsigned long long ptr) {
-	return ((int (*)(void*, int, unsigned long long))fn)(data, attr, ptr);
+static dlb_ret dlb_cuPointerGetAttribute(uintptr_t fn, int attr, unsigned long long ptr) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, int, unsigned long long))fn)(&o0, attr, ptr);
+	res.o0 = o0;
+	return res;
 }
-static int dlb_cuPointerGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* data, int attr, unsigned long long ptr) {
+static dlb_ret dlb_cuPointerGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, int attr, unsigned long long ptr) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuPointerGetAttribute(fn, data, attr, ptr);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuPointerGetAttribute(fn, attr, ptr);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuPointerGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* data, int attr, unsigned long long ptr) {
+static dlb_ret dlb_cuPointerGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int attr, unsigned long long ptr) {
 	if (direct) {
-		int r = dlb_cuPointerGetAttribute(fn, data, attr, ptr);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuPointerGetAttribute(fn, attr, ptr);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuPointerGetAttribute_ctx(gc, sc, ctx, fn, data, attr, ptr);
+	return dlb_cuPointerGetAttribute_ctx(gc, sc, ctx, fn, attr, ptr);
 }
 
 static int dlb_cuPointerGetAttributes(uintptr_t fn, unsigned int n, void* attrs, void* data, unsigned long long ptr) {
@@ -1322,23 +1358,28 @@ static int dlb_cuModuleGetFunction_auto(uintptr_t gc, uintptr_t sc, uintptr_t ct
 	return dlb_cuModuleGetFunction_ctx(gc, sc, ctx, fn, pfn, mod, name);
 }
 
-static int dlb_cuFuncGetAttribute(uintptr_t fn, void* pi, int attr, uintptr_t hfunc) {
-	return ((int (*)(void*, int, void*))fn)(pi, attr, (void*)hfunc);
+static dlb_ret dlb_cuFuncGetAttribute(uintptr_t fn, int attr, uintptr_t hfunc) {
+	dlb_ret res = {0, 0, 0};
+	unsigned int o0 = 0;
+	res.r = ((int (*)(unsigned int*, int, void*))fn)(&o0, attr, (void*)hfunc);
+	res.o0 = o0;
+	return res;
 }
-static int dlb_cuFuncGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* pi, int attr, uintptr_t hfunc) {
+static dlb_ret dlb_cuFuncGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, int attr, uintptr_t hfunc) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuFuncGetAttribute(fn, pi, attr, hfunc);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuFuncGetAttribute(fn, attr, hfunc);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuFuncGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pi, int attr, uintptr_t hfunc) {
+static dlb_ret dlb_cuFuncGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int attr, uintptr_t hfunc) {
 	if (direct) {
-		int r = dlb_cuFuncGetAttribute(fn, pi, attr, hfunc);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuFuncGetAttribute(fn, attr, hfunc);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuFuncGetAttribute_ctx(gc, sc, ctx, fn, pi, attr, hfunc);
+	return dlb_cuFuncGetAttribute_ctx(gc, sc, ctx, fn, attr, hfunc);
 }
 
 static int dlb_cuLaunchKernel(uintptr_t fn, uintptr_t hfunc, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, uintptr_t stream, void* params, void* extra) {
@@ -1535,28 +1576,31 @@ func cuDeviceGetName_auto(ctx uintptr, direct bool, name unsafe.Pointer, length 
 	return Result(C.dlb_cuDeviceGetName_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), name, C.int(length), C.int(dev)))
 }
 
-func cuDeviceGetAttribute(pi unsafe.Pointer, attrib int32, dev int32) Result {
+func cuDeviceGetAttribute(attrib int32, dev int32) (uint64, Result) {
 	fn := fns[sym_cuDeviceGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuDeviceGetAttribute(C.uintptr_t(fn), pi, C.int(attrib), C.int(dev)))
+	res := C.dlb_cuDeviceGetAttribute(C.uintptr_t(fn), C.int(attrib), C.int(dev))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuDeviceGetAttribute_ctx(ctx uintptr, pi unsafe.Pointer, attrib int32, dev int32) Result {
+func cuDeviceGetAttribute_ctx(ctx uintptr, attrib int32, dev int32) (uint64, Result) {
 	fn := fns[sym_cuDeviceGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuDeviceGetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), pi, C.int(attrib), C.int(dev)))
+	res := C.dlb_cuDeviceGetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.int(attrib), C.int(dev))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuDeviceGetAttribute_auto(ctx uintptr, direct bool, pi unsafe.Pointer, attrib int32, dev int32) Result {
+func cuDeviceGetAttribute_auto(ctx uintptr, direct bool, attrib int32, dev int32) (uint64, Result) {
 	fn := fns[sym_cuDeviceGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuDeviceGetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pi, C.int(attrib), C.int(dev)))
+	res := C.dlb_cuDeviceGetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.int(attrib), C.int(dev))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuDeviceTotalMem_v2(bytes unsafe.Pointer, dev int32) Result {
@@ -1703,28 +1747,31 @@ func cuDevicePrimaryCtxRelease_v2_auto(ctx uintptr, direct bool, dev int32) Resu
 	return Result(C.dlb_cuDevicePrimaryCtxRelease_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.int(dev)))
 }
 
-func cuCtxGetCurrent(pctx unsafe.Pointer) Result {
+func cuCtxGetCurrent() (uint64, Result) {
 	fn := fns[sym_cuCtxGetCurrent]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuCtxGetCurrent(C.uintptr_t(fn), pctx))
+	res := C.dlb_cuCtxGetCurrent(C.uintptr_t(fn))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuCtxGetCurrent_ctx(ctx uintptr, pctx unsafe.Pointer) Result {
+func cuCtxGetCurrent_ctx(ctx uintptr) (uint64, Result) {
 	fn := fns[sym_cuCtxGetCurrent]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuCtxGetCurrent_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), pctx))
+	res := C.dlb_cuCtxGetCurrent_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuCtxGetCurrent_auto(ctx uintptr, direct bool, pctx unsafe.Pointer) Result {
+func cuCtxGetCurrent_auto(ctx uintptr, direct bool) (uint64, Result) {
 	fn := fns[sym_cuCtxGetCurrent]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuCtxGetCurrent_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pctx))
+	res := C.dlb_cuCtxGetCurrent_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuCtxSetCurrent(hctx uintptr) Result {
@@ -1919,28 +1966,31 @@ func cuMemGetInfo_v2_auto(ctx uintptr, direct bool, free unsafe.Pointer, total u
 	return Result(C.dlb_cuMemGetInfo_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), free, total))
 }
 
-func cuMemAlloc_v2(pdptr unsafe.Pointer, bytes uint64) Result {
+func cuMemAlloc_v2(bytes uint64) (uint64, Result) {
 	fn := fns[sym_cuMemAlloc_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemAlloc_v2(C.uintptr_t(fn), pdptr, C.ulonglong(bytes)))
+	res := C.dlb_cuMemAlloc_v2(C.uintptr_t(fn), C.ulonglong(bytes))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuMemAlloc_v2_ctx(ctx uintptr, pdptr unsafe.Pointer, bytes uint64) Result {
+func cuMemAlloc_v2_ctx(ctx uintptr, bytes uint64) (uint64, Result) {
 	fn := fns[sym_cuMemAlloc_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemAlloc_v2_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), pdptr, C.ulonglong(bytes)))
+	res := C.dlb_cuMemAlloc_v2_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.ulonglong(bytes))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuMemAlloc_v2_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, bytes uint64) Result {
+func cuMemAlloc_v2_auto(ctx uintptr, direct bool, bytes uint64) (uint64, Result) {
 	fn := fns[sym_cuMemAlloc_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemAlloc_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pdptr, C.ulonglong(bytes)))
+	res := C.dlb_cuMemAlloc_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.ulonglong(bytes))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuMemFree_v2(dptr uint64) Result {
@@ -1991,28 +2041,31 @@ func cuMemAllocManaged_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, byte
 	return Result(C.dlb_cuMemAllocManaged_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pdptr, C.ulonglong(bytes), C.uint(flags)))
 }
 
-func cuMemAllocAsync(pdptr unsafe.Pointer, bytes uint64, stream uintptr) Result {
+func cuMemAllocAsync(bytes uint64, stream uintptr) (uint64, Result) {
 	fn := fns[sym_cuMemAllocAsync]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemAllocAsync(C.uintptr_t(fn), pdptr, C.ulonglong(bytes), C.uintptr_t(stream)))
+	res := C.dlb_cuMemAllocAsync(C.uintptr_t(fn), C.ulonglong(bytes), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuMemAllocAsync_ctx(ctx uintptr, pdptr unsafe.Pointer, bytes uint64, stream uintptr) Result {
+func cuMemAllocAsync_ctx(ctx uintptr, bytes uint64, stream uintptr) (uint64, Result) {
 	fn := fns[sym_cuMemAllocAsync]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemAllocAsync_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), pdptr, C.ulonglong(bytes), C.uintptr_t(stream)))
+	res := C.dlb_cuMemAllocAsync_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.ulonglong(bytes), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuMemAllocAsync_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, bytes uint64, stream uintptr) Result {
+func cuMemAllocAsync_auto(ctx uintptr, direct bool, bytes uint64, stream uintptr) (uint64, Result) {
 	fn := fns[sym_cuMemAllocAsync]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemAllocAsync_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pdptr, C.ulonglong(bytes), C.uintptr_t(stream)))
+	res := C.dlb_cuMemAllocAsync_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.ulonglong(bytes), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuMemFreeAsync(dptr uint64, stream uintptr) Result {
@@ -2159,28 +2212,31 @@ func cuMemHostGetDevicePointer_v2_auto(ctx uintptr, direct bool, pdptr unsafe.Po
 	return Result(C.dlb_cuMemHostGetDevicePointer_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pdptr, p, C.uint(flags)))
 }
 
-func cuMemGetAddressRange_v2(pbase unsafe.Pointer, psize unsafe.Pointer, dptr uint64) Result {
+func cuMemGetAddressRange_v2(dptr uint64) (uint64, uint64, Result) {
 	fn := fns[sym_cuMemGetAddressRange_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemGetAddressRange_v2(C.uintptr_t(fn), pbase, psize, C.ulonglong(dptr)))
+	res := C.dlb_cuMemGetAddressRange_v2(C.uintptr_t(fn), C.ulonglong(dptr))
+	return uint64(res.o0), uint64(res.o1), Result(res.r)
 }
 
-func cuMemGetAddressRange_v2_ctx(ctx uintptr, pbase unsafe.Pointer, psize unsafe.Pointer, dptr uint64) Result {
+func cuMemGetAddressRange_v2_ctx(ctx uintptr, dptr uint64) (uint64, uint64, Result) {
 	fn := fns[sym_cuMemGetAddressRange_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemGetAddressRange_v2_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), pbase, psize, C.ulonglong(dptr)))
+	res := C.dlb_cuMemGetAddressRange_v2_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.ulonglong(dptr))
+	return uint64(res.o0), uint64(res.o1), Result(res.r)
 }
 
-func cuMemGetAddressRange_v2_auto(ctx uintptr, direct bool, pbase unsafe.Pointer, psize unsafe.Pointer, dptr uint64) Result {
+func cuMemGetAddressRange_v2_auto(ctx uintptr, direct bool, dptr uint64) (uint64, uint64, Result) {
 	fn := fns[sym_cuMemGetAddressRange_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuMemGetAddressRange_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pbase, psize, C.ulonglong(dptr)))
+	res := C.dlb_cuMemGetAddressRange_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.ulonglong(dptr))
+	return uint64(res.o0), uint64(res.o1), Result(res.r)
 }
 
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {
@@ -2879,28 +2935,31 @@ func cuEventElapsedTime_auto(ctx uintptr, direct bool, ms unsafe.Pointer, start 
 	return Result(C.dlb_cuEventElapsedTime_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), ms, C.uintptr_t(start), C.uintptr_t(end)))
 }
 
-func cuPointerGetAttribute(data unsafe.Pointer, attr int32, ptr uint64) Result {
+func cuPointerGetAttribute(attr int32, ptr uint64) (uint64, Result) {
 	fn := fns[sym_cuPointerGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuPointerGetAttribute(C.uintptr_t(fn), data, C.int(attr), C.ulonglong(ptr)))
+	res := C.dlb_cuPointerGetAttribute(C.uintptr_t(fn), C.int(attr), C.ulonglong(ptr))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuPointerGetAttribute_ctx(ctx uintptr, data unsafe.Pointer, attr int32, ptr uint64) Result {
+func cuPointerGetAttribute_ctx(ctx uintptr, attr int32, ptr uint64) (uint64, Result) {
 	fn := fns[sym_cuPointerGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuPointerGetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), data, C.int(attr), C.ulonglong(ptr)))
+	res := C.dlb_cuPointerGetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.int(attr), C.ulonglong(ptr))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuPointerGetAttribute_auto(ctx uintptr, direct bool, data unsafe.Pointer, attr int32, ptr uint64) Result {
+func cuPointerGetAttribute_auto(ctx uintptr, direct bool, attr int32, ptr uint64) (uint64, Result) {
 	fn := fns[sym_cuPointerGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuPointerGetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), data, C.int(attr), C.ulonglong(ptr)))
+	res := C.dlb_cuPointerGetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.int(attr), C.ulonglong(ptr))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuPointerGetAttributes(n uint32, attrs unsafe.Pointer, data unsafe.Pointer, ptr uint64) Result {
@@ -2999,28 +3058,31 @@ func cuModuleGetFunction_auto(ctx uintptr, direct bool, pfn unsafe.Pointer, mod 
 	return Result(C.dlb_cuModuleGetFunction_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pfn, C.uintptr_t(mod), name))
 }
 
-func cuFuncGetAttribute(pi unsafe.Pointer, attr int32, hfunc uintptr) Result {
+func cuFuncGetAttribute(attr int32, hfunc uintptr) (uint64, Result) {
 	fn := fns[sym_cuFuncGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuFuncGetAttribute(C.uintptr_t(fn), pi, C.int(attr), C.uintptr_t(hfunc)))
+	res := C.dlb_cuFuncGetAttribute(C.uintptr_t(fn), C.int(attr), C.uintptr_t(hfunc))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuFuncGetAttribute_ctx(ctx uintptr, pi unsafe.Pointer, attr int32, hfunc uintptr) Result {
+func cuFuncGetAttribute_ctx(ctx uintptr, attr int32, hfunc uintptr) (uint64, Result) {
 	fn := fns[sym_cuFuncGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuFuncGetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), pi, C.int(attr), C.uintptr_t(hfunc)))
+	res := C.dlb_cuFuncGetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.int(attr), C.uintptr_t(hfunc))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuFuncGetAttribute_auto(ctx uintptr, direct bool, pi unsafe.Pointer, attr int32, hfunc uintptr) Result {
+func cuFuncGetAttribute_auto(ctx uintptr, direct bool, attr int32, hfunc uintptr) (uint64, Result) {
 	fn := fns[sym_cuFuncGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuFuncGetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pi, C.int(attr), C.uintptr_t(hfunc)))
+	res := C.dlb_cuFuncGetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.int(attr), C.uintptr_t(hfunc))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuLaunchKernel(hfunc uintptr, gx uint32, gy uint32, gz uint32, bx uint32, by uint32, bz uint32, shmem uint32, stream uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result {

@@ -251,38 +251,40 @@ func cuDeviceGetName_auto(ctx uintptr, direct bool, name unsafe.Pointer, length 
 	return cuDeviceGetName_ctx(ctx, name, length, dev)
 }
 
-func cuDeviceGetAttribute(pi unsafe.Pointer, attrib int32, dev int32) Result {
+func cuDeviceGetAttribute(attrib int32, dev int32) (uint64, Result) {
 	fn := fns[sym_cuDeviceGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(pi), uintptr(attrib), uintptr(dev))
-	return Result(int32(r))
+	var o0 uint32
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(attrib), uintptr(dev))
+	return uint64(o0), Result(int32(r))
 }
 
-func cuDeviceGetAttribute_ctx(ctx uintptr, pi unsafe.Pointer, attrib int32, dev int32) Result {
+func cuDeviceGetAttribute_ctx(ctx uintptr, attrib int32, dev int32) (uint64, Result) {
 	fn := fns[sym_cuDeviceGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
+	var o0 uint32
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(pi), uintptr(attrib), uintptr(dev))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(attrib), uintptr(dev))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return uint64(o0), r
 }
 
-func cuDeviceGetAttribute_auto(ctx uintptr, direct bool, pi unsafe.Pointer, attrib int32, dev int32) Result {
+func cuDeviceGetAttribute_auto(ctx uintptr, direct bool, attrib int32, dev int32) (uint64, Result) {
 	if direct {
-		if r := cuDeviceGetAttribute(pi, attrib, dev); r != ErrInvalidContext {
-			return r
+		if o0, r := cuDeviceGetAttribute(attrib, dev); r != ErrInvalidContext {
+			return o0, r
 		}
 	}
-	return cuDeviceGetAttribute_ctx(ctx, pi, attrib, dev)
+	return cuDeviceGetAttribute_ctx(ctx, attrib, dev)
 }
 
 func cuDeviceTotalMem_v2(bytes unsafe.Pointer, dev int32) Result {
@@ -489,38 +491,40 @@ func cuDevicePrimaryCtxRelease_v2_auto(ctx uintptr, direct bool, dev int32) Resu
 	return cuDevicePrimaryCtxRelease_v2_ctx(ctx, dev)
 }
 
-func cuCtxGetCurrent(pctx unsafe.Pointer) Result {
+func cuCtxGetCurrent() (uint64, Result) {
 	fn := fns[sym_cuCtxGetCurrent]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(pctx))
-	return Result(int32(r))
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)))
+	return o0, Result(int32(r))
 }
 
-func cuCtxGetCurrent_ctx(ctx uintptr, pctx unsafe.Pointer) Result {
+func cuCtxGetCurrent_ctx(ctx uintptr) (uint64, Result) {
 	fn := fns[sym_cuCtxGetCurrent]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
+	var o0 uint64
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(pctx))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return o0, r
 }
 
-func cuCtxGetCurrent_auto(ctx uintptr, direct bool, pctx unsafe.Pointer) Result {
+func cuCtxGetCurrent_auto(ctx uintptr, direct bool) (uint64, Result) {
 	if direct {
-		if r := cuCtxGetCurrent(pctx); r != ErrInvalidContext {
-			return r
+		if o0, r := cuCtxGetCurrent(); r != ErrInvalidContext {
+			return o0, r
 		}
 	}
-	return cuCtxGetCurrent_ctx(ctx, pctx)
+	return cuCtxGetCurrent_ctx(ctx)
 }
 
 func cuCtxSetCurrent(hctx uintptr) Result {
@@ -795,38 +799,40 @@ func cuMemGetInfo_v2_auto(ctx uintptr, direct bool, free unsafe.Pointer, total u
 	return cuMemGetInfo_v2_ctx(ctx, free, total)
 }
 
-func cuMemAlloc_v2(pdptr unsafe.Pointer, bytes uint64) Result {
+func cuMemAlloc_v2(bytes uint64) (uint64, Result) {
 	fn := fns[sym_cuMemAlloc_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(pdptr), uintptr(bytes))
-	return Result(int32(r))
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(bytes))
+	return o0, Result(int32(r))
 }
 
-func cuMemAlloc_v2_ctx(ctx uintptr, pdptr unsafe.Pointer, bytes uint64) Result {
+func cuMemAlloc_v2_ctx(ctx uintptr, bytes uint64) (uint64, Result) {
 	fn := fns[sym_cuMemAlloc_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
+	var o0 uint64
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(pdptr), uintptr(bytes))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(bytes))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return o0, r
 }
 
-func cuMemAlloc_v2_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, bytes uint64) Result {
+func cuMemAlloc_v2_auto(ctx uintptr, direct bool, bytes uint64) (uint64, Result) {
 	if direct {
-		if r := cuMemAlloc_v2(pdptr, bytes); r != ErrInvalidContext {
-			return r
+		if o0, r := cuMemAlloc_v2(bytes); r != ErrInvalidContext {
+			return o0, r
 		}
 	}
-	return cuMemAlloc_v2_ctx(ctx, pdptr, bytes)
+	return cuMemAlloc_v2_ctx(ctx, bytes)
 }
 
 func cuMemFree_v2(dptr uint64) Result {
@@ -897,38 +903,40 @@ func cuMemAllocManaged_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, byte
 	return cuMemAllocManaged_ctx(ctx, pdptr, bytes, flags)
 }
 
-func cuMemAllocAsync(pdptr unsafe.Pointer, bytes uint64, stream uintptr) Result {
+func cuMemAllocAsync(bytes uint64, stream uintptr) (uint64, Result) {
 	fn := fns[sym_cuMemAllocAsync]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(pdptr), uintptr(bytes), uintptr(stream))
-	return Result(int32(r))
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(bytes), uintptr(stream))
+	return o0, Result(int32(r))
 }
 
-func cuMemAllocAsync_ctx(ctx uintptr, pdptr unsafe.Pointer, bytes uint64, stream uintptr) Result {
+func cuMemAllocAsync_ctx(ctx uintptr, bytes uint64, stream uintptr) (uint64, Result) {
 	fn := fns[sym_cuMemAllocAsync]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
+	var o0 uint64
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(pdptr), uintptr(bytes), uintptr(stream))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(bytes), uintptr(stream))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return o0, r
 }
 
-func cuMemAllocAsync_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, bytes uint64, stream uintptr) Result {
+func cuMemAllocAsync_auto(ctx uintptr, direct bool, bytes uint64, stream uintptr) (uint64, Result) {
 	if direct {
-		if r := cuMemAllocAsync(pdptr, bytes, stream); r != ErrInvalidContext {
-			return r
+		if o0, r := cuMemAllocAsync(bytes, stream); r != ErrInvalidContext {
+			return o0, r
 		}
 	}
-	return cuMemAllocAsync_ctx(ctx, pdptr, bytes, stream)
+	return cuMemAllocAsync_ctx(ctx, bytes, stream)
 }
 
 func cuMemFreeAsync(dptr uint64, stream uintptr) Result {
@@ -1135,38 +1143,42 @@ func cuMemHostGetDevicePointer_v2_auto(ctx uintptr, direct bool, pdptr unsafe.Po
 	return cuMemHostGetDevicePointer_v2_ctx(ctx, pdptr, p, flags)
 }
 
-func cuMemGetAddressRange_v2(pbase unsafe.Pointer, psize unsafe.Pointer, dptr uint64) Result {
+func cuMemGetAddressRange_v2(dptr uint64) (uint64, uint64, Result) {
 	fn := fns[sym_cuMemGetAddressRange_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(pbase), uintptr(psize), uintptr(dptr))
-	return Result(int32(r))
+	var o0 uint64
+	var o1 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(unsafe.Pointer(&o1)), uintptr(dptr))
+	return o0, o1, Result(int32(r))
 }
 
-func cuMemGetAddressRange_v2_ctx(ctx uintptr, pbase unsafe.Pointer, psize unsafe.Pointer, dptr uint64) Result {
+func cuMemGetAddressRange_v2_ctx(ctx uintptr, dptr uint64) (uint64, uint64, Result) {
 	fn := fns[sym_cuMemGetAddressRange_v2]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, 0, resultNoSymbol
 	}
+	var o0 uint64
+	var o1 uint64
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(pbase), uintptr(psize), uintptr(dptr))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(unsafe.Pointer(&o1)), uintptr(dptr))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return o0, o1, r
 }
 
-func cuMemGetAddressRange_v2_auto(ctx uintptr, direct bool, pbase unsafe.Pointer, psize unsafe.Pointer, dptr uint64) Result {
+func cuMemGetAddressRange_v2_auto(ctx uintptr, direct bool, dptr uint64) (uint64, uint64, Result) {
 	if direct {
-		if r := cuMemGetAddressRange_v2(pbase, psize, dptr); r != ErrInvalidContext {
-			return r
+		if o0, o1, r := cuMemGetAddressRange_v2(dptr); r != ErrInvalidContext {
+			return o0, o1, r
 		}
 	}
-	return cuMemGetAddressRange_v2_ctx(ctx, pbase, psize, dptr)
+	return cuMemGetAddressRange_v2_ctx(ctx, dptr)
 }
 
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {
@@ -2155,38 +2167,40 @@ func cuEventElapsedTime_auto(ctx uintptr, direct bool, ms unsafe.Pointer, start 
 	return cuEventElapsedTime_ctx(ctx, ms, start, end)
 }
 
-func cuPointerGetAttribute(data unsafe.Pointer, attr int32, ptr uint64) Result {
+func cuPointerGetAttribute(attr int32, ptr uint64) (uint64, Result) {
 	fn := fns[sym_cuPointerGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(data), uintptr(attr), uintptr(ptr))
-	return Result(int32(r))
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(attr), uintptr(ptr))
+	return o0, Result(int32(r))
 }
 
-func cuPointerGetAttribute_ctx(ctx uintptr, data unsafe.Pointer, attr int32, ptr uint64) Result {
+func cuPointerGetAttribute_ctx(ctx uintptr, attr int32, ptr uint64) (uint64, Result) {
 	fn := fns[sym_cuPointerGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
+	var o0 uint64
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(data), uintptr(attr), uintptr(ptr))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(attr), uintptr(ptr))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return o0, r
 }
 
-func cuPointerGetAttribute_auto(ctx uintptr, direct bool, data unsafe.Pointer, attr int32, ptr uint64) Result {
+func cuPointerGetAttribute_auto(ctx uintptr, direct bool, attr int32, ptr uint64) (uint64, Result) {
 	if direct {
-		if r := cuPointerGetAttribute(data, attr, ptr); r != ErrInvalidContext {
-			return r
+		if o0, r := cuPointerGetAttribute(attr, ptr); r != ErrInvalidContext {
+			return o0, r
 		}
 	}
-	return cuPointerGetAttribute_ctx(ctx, data, attr, ptr)
+	return cuPointerGetAttribute_ctx(ctx, attr, ptr)
 }
 
 func cuPointerGetAttributes(n uint32, attrs unsafe.Pointer, data unsafe.Pointer, ptr uint64) Result {
@@ -2325,38 +2339,40 @@ func cuModuleGetFunction_auto(ctx uintptr, direct bool, pfn unsafe.Pointer, mod 
 	return cuModuleGetFunction_ctx(ctx, pfn, mod, name)
 }
 
-func cuFuncGetAttribute(pi unsafe.Pointer, attr int32, hfunc uintptr) Result {
+func cuFuncGetAttribute(attr int32, hfunc uintptr) (uint64, Result) {
 	fn := fns[sym_cuFuncGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(pi), uintptr(attr), uintptr(hfunc))
-	return Result(int32(r))
+	var o0 uint32
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(attr), uintptr(hfunc))
+	return uint64(o0), Result(int32(r))
 }
 
-func cuFuncGetAttribute_ctx(ctx uintptr, pi unsafe.Pointer, attr int32, hfunc uintptr) Result {
+func cuFuncGetAttribute_ctx(ctx uintptr, attr int32, hfunc uintptr) (uint64, Result) {
 	fn := fns[sym_cuFuncGetAttribute]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
+	var o0 uint32
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(pi), uintptr(attr), uintptr(hfunc))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(attr), uintptr(hfunc))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return uint64(o0), r
 }
 
-func cuFuncGetAttribute_auto(ctx uintptr, direct bool, pi unsafe.Pointer, attr int32, hfunc uintptr) Result {
+func cuFuncGetAttribute_auto(ctx uintptr, direct bool, attr int32, hfunc uintptr) (uint64, Result) {
 	if direct {
-		if r := cuFuncGetAttribute(pi, attr, hfunc); r != ErrInvalidContext {
-			return r
+		if o0, r := cuFuncGetAttribute(attr, hfunc); r != ErrInvalidContext {
+			return o0, r
 		}
 	}
-	return cuFuncGetAttribute_ctx(ctx, pi, attr, hfunc)
+	return cuFuncGetAttribute_ctx(ctx, attr, hfunc)
 }
 
 func cuLaunchKernel(hfunc uintptr, gx uint32, gy uint32, gz uint32, bx uint32, by uint32, bz uint32, shmem uint32, stream uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result {
