@@ -192,22 +192,34 @@ func (r *ring) close() error {
 	return first
 }
 
-// getRing takes an idle ring of device d or makes one.
-func (c *Copier) getRing(d *devState) (*ring, error) {
+// getRing takes an idle ring of device d whose buffers hold at least want
+// bytes, or makes one (an idle ring too small is replaced: rings grow to
+// the transfers they serve, up to ChunkBytes).
+func (c *Copier) getRing(d *devState, want int64) (*ring, error) {
 	ord := d.ctx.Device().Ordinal()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("zerocopy: Copier is closed")
 	}
+	var small *ring
 	if rs := c.free[ord]; len(rs) > 0 {
 		r := rs[len(rs)-1]
 		c.free[ord] = rs[:len(rs)-1]
-		c.mu.Unlock()
-		return r, nil
+		if r.size >= want {
+			c.mu.Unlock()
+			return r, nil
+		}
+		small = r
+		c.all = slices.DeleteFunc(c.all, func(x *ring) bool { return x == r })
 	}
 	c.mu.Unlock()
-	r := &ring{d: d, size: c.opts.ChunkBytes}
+	if small != nil {
+		if err := small.close(); err != nil {
+			return nil, err
+		}
+	}
+	r := &ring{d: d, size: want}
 	for range c.opts.Buffers {
 		h, err := d.ctx.MemAllocHost(int(r.size), 0)
 		if err != nil {
@@ -227,6 +239,17 @@ func (c *Copier) getRing(d *devState) (*ring, error) {
 	c.all = append(c.all, r)
 	c.mu.Unlock()
 	return r, nil
+}
+
+// ringSize is the buffer size a staged transfer of n bytes wants: a
+// quarter of it (so the host copies overlap the DMA), a power of two from
+// 256 KiB up to ChunkBytes.
+func (c *Copier) ringSize(n int64) int64 {
+	want := int64(256 << 10)
+	for want < n/4 && want < c.opts.ChunkBytes {
+		want *= 2
+	}
+	return min(want, c.opts.ChunkBytes)
 }
 
 func (c *Copier) putRing(r *ring) {
@@ -438,7 +461,7 @@ func pieces(shape, hs, ds []int64, is, chunk int64) []piece {
 // done with: for a device destination the last DMA may still be in flight
 // on the stream, reading pinned memory only.
 func (x *xfer) staged() error {
-	r, err := x.c.getRing(x.d)
+	r, err := x.c.getRing(x.d, x.c.ringSize(x.bytes()))
 	if err != nil {
 		return err
 	}
@@ -448,13 +471,7 @@ func (x *xfer) staged() error {
 	if !h2d {
 		host, dev = x.dst, x.src
 	}
-	// Chunks of a quarter of the transfer (at least 1 MiB) let a mid-sized
-	// transfer overlap its host copies with its DMA too.
-	chunk := r.size
-	if q := x.bytes() / 4; q < chunk {
-		chunk = max(q, min(1<<20, r.size))
-	}
-	ps := pieces(x.shape, host.strides, dev.strides, x.is, chunk)
+	ps := pieces(x.shape, host.strides, dev.strides, x.is, min(r.size, x.c.ringSize(x.bytes())))
 	k := len(r.bufs)
 
 	// stage describes piece i in buffer b: the pinned side's base and
