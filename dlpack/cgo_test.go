@@ -217,3 +217,50 @@ func TestTotalCDeleterCalls(t *testing.T) {
 		t.Errorf("%d C deleter calls, want 400", got)
 	}
 }
+
+// cgo's pointer checks scan the Go object a pointer passed to C lies in
+// and panic on pointers to unpinned Go memory. Exports live in shared,
+// pinned chunks next to other exports (live, released, and with Go-memory
+// data or not): handing any of them to C must pass the checks.
+func TestExportPassesCgoPointerChecks(t *testing.T) {
+	// First prove the checks are on: Go memory holding an unpinned Go
+	// pointer must be refused.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Skip("cgo pointer checks are off (GODEBUG=cgocheck=0?)")
+			}
+		}()
+		type holder struct{ p *int }
+		h := &holder{p: new(int)}
+		cabi.PassToC(unsafe.Pointer(h))
+	}()
+	live := LiveExports()
+	bufs := make([][]float32, 40)
+	var ptrs []unsafe.Pointer
+	for i := range bufs {
+		bufs[i] = make([]float32, 8)
+		d := Desc{Data: uintptr(unsafe.Pointer(&bufs[i][0])), Device: CPUDevice, DType: Float32Type,
+			Shape: []int64{2, 4}}
+		if i%3 == 0 {
+			d.Shape = ones(12) // dims outside the block, pinned separately
+			d.Shape[0] = 8
+		}
+		p, err := Export(&d, &countRel{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptrs = append(ptrs, p)
+		cabi.PassToC(p)
+		if i%2 == 0 { // release every other one: their blocks stay in pinned chunks
+			DeleteVersioned(p)
+		}
+	}
+	for i, p := range ptrs {
+		if i%2 == 1 {
+			cabi.PassToC(p)
+			DeleteVersioned(p)
+		}
+	}
+	mustNoLive(t, live)
+}

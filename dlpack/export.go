@@ -16,21 +16,118 @@ type Releaser interface {
 	Release()
 }
 
-// exportBlock is everything one export hands to C, in one Go allocation:
-// the header (versioned or legacy), and shape and strides inline for up to
-// InlineDims dimensions. It is kept reachable from the export table and
-// pinned (runtime.Pinner) from Export until the deleter runs, so the GC
-// neither frees nor moves it and cgo's pointer checks accept it.
-type exportBlock struct {
-	ver    DLManagedTensorVersioned // header of a versioned export
-	leg    DLManagedTensor          // header of a legacy export
-	dims   [2 * InlineDims]int64
+// What C sees of an export is a cBlock: the header (versioned or legacy)
+// and shape and strides inline for up to InlineDims dimensions. cBlocks are
+// carved out of chunks of chunkBlocks, each chunk one Go allocation pinned
+// (runtime.Pinner) once. A chunk whose blocks have all been released goes
+// to a FIFO quarantine and is carved again only after chunkQuarantine
+// chunks drained after it; beyond chunkSpares drained chunks the oldest is
+// unpinned and left to the GC. Compared with one allocation and one pin per
+// export this halves the cost of an export, and keeps its memory hot.
+//
+// The quarantine is what makes a consumer's second deleter call harmless:
+// the table no longer knows the pointer, and the same address names a new
+// export only after at least chunkQuarantine × chunkBlocks (480) exports
+// made later have come and gone.
+//
+// cgo's pointer checks scan the whole Go object a pointer handed to C lies
+// in, so a chunk holds no pointers but to pinned memory: itself, and data
+// that is Go memory (pinned per export). The Go side of an export (its
+// Releaser, the Pinner of its data) lives in the export table, and a
+// released block's pointers are cleared.
+type cBlock struct {
+	ver  DLManagedTensorVersioned // header of a versioned export
+	leg  DLManagedTensor          // header of a legacy export
+	dims [2 * InlineDims]int64
+}
+
+const (
+	chunkBlocks     = 15 // × 272 bytes = 4080: fills the 4096-byte size class
+	chunkQuarantine = 32
+	chunkSpares     = 64 // at most 256 KiB of drained chunks kept
+)
+
+type chunk [chunkBlocks]cBlock
+
+type chunkState struct {
+	c         *chunk
+	pin       runtime.Pinner
+	remaining atomic.Int32 // blocks not yet released
+}
+
+// done releases one block of the chunk; the last one sends the chunk to
+// the quarantine.
+func (cs *chunkState) done() {
+	if cs.remaining.Add(-1) != 0 {
+		return
+	}
+	carver.mu.Lock()
+	if carver.drained.len() == chunkSpares {
+		old := carver.drained.pop()
+		old.pin.Unpin() // the chunk is left to the GC
+	}
+	carver.drained.push(cs)
+	carver.mu.Unlock()
+}
+
+// chunkRing is the FIFO of drained chunks.
+type chunkRing struct {
+	buf        [chunkSpares]*chunkState
+	head, size int
+}
+
+func (r *chunkRing) len() int { return r.size }
+
+func (r *chunkRing) push(cs *chunkState) {
+	r.buf[(r.head+r.size)%chunkSpares] = cs
+	r.size++
+}
+
+func (r *chunkRing) pop() *chunkState {
+	cs := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % chunkSpares
+	r.size--
+	return cs
+}
+
+// carver hands out the blocks of the current chunk in order.
+var carver struct {
+	mu      sync.Mutex
+	cur     *chunkState
+	next    int
+	drained chunkRing
+}
+
+func newBlock() (*cBlock, *chunkState) {
+	carver.mu.Lock()
+	cs := carver.cur
+	if cs == nil || carver.next == chunkBlocks {
+		if carver.drained.len() > chunkQuarantine {
+			cs = carver.drained.pop() // still pinned
+		} else {
+			cs = &chunkState{c: new(chunk)}
+			cs.pin.Pin(cs.c)
+		}
+		cs.remaining.Store(chunkBlocks)
+		carver.cur, carver.next = cs, 0
+	}
+	b := &cs.c[carver.next]
+	carver.next++
+	carver.mu.Unlock()
+	return b, cs
+}
+
+// exportEntry is the Go side of one export.
+type exportEntry struct {
+	blk    *cBlock
+	cs     *chunkState
 	rel    Releaser
-	pin    runtime.Pinner
+	pin    *runtime.Pinner // pins the data (if Go memory) and dims outside the block
 	legacy bool
 }
 
-// The export table maps the address handed to C to its block. The deleter
+// The export table maps the address handed to C to its entry. The deleter
 // looks its argument up here before touching anything, so a second call
 // with the same pointer finds nothing and is ignored instead of reading or
 // writing memory that may have been reused. Sharded to keep exports and
@@ -39,8 +136,24 @@ const exportShards = 16
 
 type exportShard struct {
 	mu sync.Mutex
-	m  map[uintptr]*exportBlock
-	_  [48]byte // keep shards on separate cache lines
+	m  map[uintptr]exportEntry
+	// Spare Pinners for the data of exports. A Pinner keeps its internals
+	// across Unpin; a fresh one costs an allocation and a finalizer on its
+	// first Pin. (Not a sync.Pool: the GC empties those.)
+	spare []*runtime.Pinner
+	_     [24]byte // keep shards on separate cache lines
+}
+
+const sparePinners = 32 // per shard
+
+// takePinner pops a spare Pinner; s.mu is held.
+func (s *exportShard) takePinner() *runtime.Pinner {
+	if n := len(s.spare); n > 0 {
+		p := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		return p
+	}
+	return new(runtime.Pinner)
 }
 
 var (
@@ -52,14 +165,15 @@ var (
 
 func init() {
 	for i := range exportTable {
-		exportTable[i].m = make(map[uintptr]*exportBlock)
+		exportTable[i].m = make(map[uintptr]exportEntry)
+		exportTable[i].spare = make([]*runtime.Pinner, 0, sparePinners)
 	}
 }
 
 func shardOf(p uintptr) *exportShard {
-	// Blocks are at least 16-byte aligned and a few hundred bytes apart:
-	// mix bits above the alignment.
-	return &exportTable[(p>>4^p>>9^p>>14)%exportShards]
+	// Headers are 16-byte aligned and 272 bytes apart within a chunk: mix
+	// bits above the alignment.
+	return &exportTable[(p>>4^p>>8^p>>12)%exportShards]
 }
 
 // LiveExports is the number of exported tensors whose deleter has not run
@@ -73,7 +187,8 @@ var ErrNoDeleter = errors.New("dlpack: no C-callable deleter on this platform (b
 // Export builds a DLManagedTensorVersioned for d and returns a pointer to
 // it for a consumer, which must call its deleter exactly once when done; the
 // deleter calls r.Release. The header, shape and strides live in one block
-// that stays pinned and reachable until then. Strides are always filled
+// of Go memory that stays pinned and reachable until then (and so does the
+// data, when it is Go memory). Strides are always filled
 // (C-contiguous when d.Strides is nil); flags are d.Flags; byte_offset is 0
 // and data is d.Data; version is CurrentVersion.
 //
@@ -94,8 +209,8 @@ func export(d *Desc, r Releaser, legacy bool) (unsafe.Pointer, error) {
 		return nil, ErrNoDeleter
 	}
 	n := len(d.Shape)
-	b := new(exportBlock)
-	dims := b.dims[:]
+	blk, cs := newBlock()
+	dims := blk.dims[:]
 	if n > InlineDims {
 		dims = make([]int64, 2*n)
 	}
@@ -119,30 +234,28 @@ func export(d *Desc, r Releaser, legacy bool) (unsafe.Pointer, error) {
 	if n == 0 {
 		t.Strides = &dims[0]
 	}
-	b.rel, b.legacy = r, legacy
 	var key unsafe.Pointer
 	if legacy {
-		b.leg = DLManagedTensor{DLTensor: t, ManagerCtx: unsafe.Pointer(b), Deleter: fnL}
-		key = unsafe.Pointer(&b.leg)
+		blk.leg = DLManagedTensor{DLTensor: t, Deleter: fnL}
+		key = unsafe.Pointer(&blk.leg)
 	} else {
-		b.ver = DLManagedTensorVersioned{Version: CurrentVersion, ManagerCtx: unsafe.Pointer(b),
-			Deleter: fnV, Flags: d.Flags, DLTensor: t}
-		key = unsafe.Pointer(&b.ver)
-	}
-	// Pin the block, a separate dims array and the data when it is Go
-	// memory (Pin ignores addresses outside the Go heap): C keeps pointers
-	// to all of them after this call returns.
-	b.pin.Pin(b)
-	if n > InlineDims {
-		b.pin.Pin(&dims[0])
-	}
-	if d.Data != 0 {
-		b.pin.Pin(ptrOf(d.Data))
+		blk.ver = DLManagedTensorVersioned{Version: CurrentVersion, Deleter: fnV, Flags: d.Flags, DLTensor: t}
+		key = unsafe.Pointer(&blk.ver)
 	}
 	s := shardOf(uintptr(key))
 	s.mu.Lock()
-	s.m[uintptr(key)] = b
+	pin := s.takePinner()
+	s.m[uintptr(key)] = exportEntry{blk: blk, cs: cs, rel: r, pin: pin, legacy: legacy}
 	s.mu.Unlock()
+	// C keeps pointers to the data and to dims outside the block: pin them
+	// (Pin ignores addresses outside the Go heap). Nobody has the pointer
+	// yet, so doing it after publishing the entry is safe.
+	if n > InlineDims {
+		pin.Pin(&dims[0])
+	}
+	if d.Data != 0 {
+		pin.Pin(ptrOf(d.Data))
+	}
 	liveExports.Add(1)
 	return key, nil
 }
@@ -190,28 +303,34 @@ func checkExport(d *Desc) error {
 func releaseExport(p uintptr, legacy bool) bool {
 	s := shardOf(p)
 	s.mu.Lock()
-	b := s.m[p]
-	if b == nil || b.legacy != legacy {
+	e, ok := s.m[p]
+	if !ok || e.legacy != legacy {
 		s.mu.Unlock()
 		ignoredDelete.Add(1)
 		return false
 	}
 	delete(s.m, p)
-	s.mu.Unlock()
-	// Clear the header's deleter so that a Go consumer that asks again
-	// (DeleteVersioned) sees a NULL deleter. Atomic: a buggy consumer may
-	// read it from another thread.
+	// Clear the header: a NULL deleter for a Go consumer that asks again
+	// (DeleteVersioned; atomic, as a buggy consumer may read it from another
+	// thread), and no pointers to memory about to be unpinned, which cgo's
+	// checks would find when a sibling block of the chunk crosses to C.
+	t := &e.blk.ver.DLTensor
 	if legacy {
-		atomic.StoreUintptr(&b.leg.Deleter, 0)
+		atomic.StoreUintptr(&e.blk.leg.Deleter, 0)
+		t = &e.blk.leg.DLTensor
 	} else {
-		atomic.StoreUintptr(&b.ver.Deleter, 0)
+		atomic.StoreUintptr(&e.blk.ver.Deleter, 0)
 	}
-	b.pin.Unpin()
+	t.Data, t.Shape, t.Strides = nil, nil, nil
+	e.pin.Unpin()
+	if len(s.spare) < cap(s.spare) {
+		s.spare = append(s.spare, e.pin)
+	}
+	s.mu.Unlock()
+	e.cs.done()
 	liveExports.Add(-1)
-	r := b.rel
-	b.rel = nil
-	if r != nil {
-		r.Release()
+	if e.rel != nil {
+		e.rel.Release()
 	}
 	return true
 }
@@ -234,12 +353,9 @@ func deleterEntry(p uintptr, legacy bool) {
 func LookupExport(p unsafe.Pointer) (Releaser, bool) {
 	s := shardOf(uintptr(p))
 	s.mu.Lock()
-	b := s.m[uintptr(p)]
+	e, ok := s.m[uintptr(p)]
 	s.mu.Unlock()
-	if b == nil {
-		return nil, false
-	}
-	return b.rel, true
+	return e.rel, ok
 }
 
 // DeleteVersioned calls the deleter of the DLManagedTensorVersioned p, as a

@@ -38,12 +38,12 @@ type Imported struct {
 	// Legacy reports a DLManagedTensor (no version, no flags).
 	Legacy bool
 
+	self bool // deleter is this package's export deleter
+	done atomic.Bool
 	// tensor is the DLManagedTensor[Versioned]* handed over, as an address:
 	// C memory, or Go memory of our own export kept alive by its table.
 	tensor  uintptr
 	deleter uintptr // its deleter; 0 when NULL
-	self    bool    // deleter is this package's export deleter
-	done    atomic.Bool
 }
 
 // ImportVersioned takes over a DLManagedTensorVersioned*. It is

@@ -5,6 +5,8 @@ package cabi
 /*
 #include <stdlib.h>
 #include "cabi.h"
+
+static uintptr_t cabi_touch(void *p) { return (uintptr_t)p; }
 */
 import "C"
 
@@ -126,6 +128,11 @@ func cArray(a []int64, ndim int32) *C.int64_t {
 	copy(unsafe.Slice((*int64)(unsafe.Pointer(p)), n), a)
 	return p
 }
+
+// PassToC hands p to a C function as a void* argument, so that cgo's
+// pointer checks (GODEBUG=cgocheck=1, the default) inspect the Go memory p
+// points into: they panic when it holds a pointer to unpinned Go memory.
+func PassToC(p unsafe.Pointer) uintptr { return uintptr(C.cabi_touch(p)) }
 
 // CallOnNewThread calls the C function fn(arg) (void fn(void*)) on a new
 // pthread that the Go runtime did not create, and waits for it.
