@@ -647,9 +647,10 @@ func hostCopy(shape []int64, dst uintptr, ds []int64, src uintptr, ss []int64, i
 
 // Registrations of pageable memory made by this package, sorted by start.
 var regs struct {
-	mu   sync.Mutex
-	n    atomic.Int32
-	list []*registration
+	register sync.Mutex // held across check-and-register
+	mu       sync.Mutex // guards list
+	n        atomic.Int32
+	list     []*registration
 }
 
 type registration struct {
@@ -717,6 +718,8 @@ func unregister(r *registration) error {
 func registerView(v *View, d *devState) error {
 	lo, hi := v.ByteSpan()
 	a, b := v.ptr+uintptr(lo), v.ptr+uintptr(hi)
+	regs.register.Lock() // one registration at a time: no racing twins
+	defer regs.register.Unlock()
 	if hi <= lo || registeredSpan(a, b) {
 		return nil
 	}
