@@ -278,6 +278,22 @@ type xfer struct {
 // packs the data.
 const maxDMACalls = 1024
 
+// minDMARun is the narrowest run (row) a pitched DMA copy is used for:
+// the copy engines move narrow rows one small transfer at a time, far
+// slower than a kernel that packs them.
+const minDMARun = 512
+
+// dmaFriendly reports whether the DMA engines should run plan p: one
+// linear copy, or pitched copies of rows at least minDMARun wide in at
+// most maxDMACalls calls.
+func (p *bytePlan) dmaFriendly() bool {
+	if p.empty || p.nd == 0 {
+		return true
+	}
+	_, calls, ok := p.blocks()
+	return ok && calls <= maxDMACalls && p.run >= minDMARun
+}
+
 // memType is the CUmemorytype of a side for 2D/3D copies.
 func memType(k memKind) cuda.MemoryType {
 	switch k {
@@ -355,7 +371,7 @@ func linear(s *cuda.Stream, dst, src uintptr, n int64, dk, sk memKind) error {
 // copies where the layout allows, the strided-copy kernel otherwise.
 func (x *xfer) deviceToDevice() error {
 	p := planBytes(x.shape, x.dst.strides, x.src.strides, x.is)
-	if _, calls, ok := p.blocks(); ok && calls <= maxDMACalls {
+	if p.dmaFriendly() {
 		return dma(x.s, &p, x.dst.base, x.src.base, x.dst.kind, x.src.kind)
 	}
 	return x.d.kernelCopy(x.s, &p, x.dst.base, x.src.base)

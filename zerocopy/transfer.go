@@ -319,8 +319,7 @@ func (x *xfer) hostDevice(host *View, path TransferPath) (TransferPath, error) {
 	if p.empty {
 		return PathDirect, nil
 	}
-	_, calls, pitched := p.blocks()
-	pitched = pitched && calls <= maxDMACalls
+	pitched := p.dmaFriendly()
 	hk := x.dst.kind
 	if !hk.host() {
 		hk = x.src.kind
@@ -559,7 +558,7 @@ func (x *xfer) staged() error {
 // engines cannot walk in a few calls goes through a compact device buffer
 // and the strided-copy kernel.
 func dmaOrKernel(x *xfer, p *bytePlan, dst, src uintptr, dk, sk memKind) error {
-	if _, calls, ok := p.blocks(); (ok && calls <= maxDMACalls) || p.empty {
+	if p.dmaFriendly() {
 		return dma(x.s, p, dst, src, dk, sk)
 	}
 	// Rare: overlapping or deeply nested device strides. Pack on the
