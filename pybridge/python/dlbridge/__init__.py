@@ -34,6 +34,9 @@ __version__ = "0.1.0"
 #: The path of the loaded libdlbridge.so.
 library_path = _lib.path
 
+#: Whether the CPython fast path of the library is in use (else pure ctypes).
+fast_path = _lib.core is not None
+
 
 def library():
     """The ctypes.CDLL of the loaded library. A library built with your own
@@ -46,11 +49,9 @@ def library():
 def from_handle(handle):
     """A Tensor for a handle that a Go function of the library returned
     (pybridge.NewTensor); the Tensor owns the handle from now on."""
-    import ctypes
+    from ._tensor import _from_handle
 
-    info = _lib.Info()
-    _lib.check(_lib.info_get(handle, ctypes.byref(info)))
-    return Tensor._wrap(handle, info)
+    return _from_handle(handle)
 
 
 def check(rc):

@@ -181,6 +181,27 @@ NAME_USED_VERSIONED = capsule_name(1, 1)
 IN_PYTHON = bool(py_init())
 
 
+def _load_core():
+    """The CPython fast path (pybridge/capi/pyext.c): a dict with the C base
+    type of Tensor and a few C functions, or None where it cannot be used
+    (DLBRIDGE_NO_FASTPATH=1, a free-threaded interpreter, or CPython
+    functions not found in the process)."""
+    import sysconfig
+
+    if os.environ.get("DLBRIDGE_NO_FASTPATH") or sysconfig.get_config_var("Py_GIL_DISABLED") or not IN_PYTHON:
+        return None
+    try:
+        init = ctypes.PyDLL(path).dlb_pyext_init  # PyDLL: called with the GIL held
+        init.restype = ctypes.py_object
+        init.argtypes = []
+        return init()
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+core = _load_core()
+
+
 def error(rc):
     """The exception for a non-zero return code, with the Go message."""
     msg = last_error()

@@ -73,51 +73,130 @@ def _i64_array(values):
 def _new(fn, *args):
     """Call a handle-making function of the library and wrap the result."""
     h = ctypes.c_uint64()
+    if _core is not None:  # the C base reads the info itself
+        rc = fn(*args, ctypes.byref(h), None)
+        if rc:
+            raise _lib.error(rc)
+        return _core_wrap(Tensor, h.value)
     info = _lib.Info()
     rc = fn(*args, ctypes.byref(h), ctypes.byref(info))
     if rc:
         raise _lib.error(rc)
-    return Tensor._wrap(h.value, info)
+    return Tensor._from_info(h.value, info)
 
 
-class Tensor:
+class _PyTensorBase:
+    """The pure-ctypes base of Tensor, used when the library's CPython fast
+    path (a C base type, see pybridge/capi/pyext.c) is not available or is
+    turned off with DLBRIDGE_NO_FASTPATH=1. Both bases offer the same
+    private attributes: _h, _ptr, _shape, _strides, _code, _dev, _flags,
+    _itemsize, _stream, close(), _pin(), __dlpack__, __dlpack_device__."""
+
+    __slots__ = ("_h", "_ptr", "_shape", "_strides", "_code", "_dev", "_flags", "_itemsize",
+                 "_stream", "_pinh", "__weakref__")
+
+    @classmethod
+    def _from_info(cls, h, info):
+        t = object.__new__(cls)
+        t._h = h
+        t._pinh = 0
+        nd = info.ndim
+        t._ptr = info.ptr
+        t._shape = tuple(info.shape[:nd])
+        t._strides = tuple(info.strides[:nd])
+        t._code = (info.code, info.bits, info.lanes)
+        t._dev = (info.device_type, info.device_id)
+        t._flags = info.flags
+        t._itemsize = info.itemsize
+        t._stream = info.stream
+        return t
+
+    def close(self):
+        """Release this tensor's hold on its memory now. Views made from it,
+        and exports to other libraries, keep their own hold. Idempotent."""
+        h, self._h = self._h, 0
+        if h:
+            _lib.check(_lib.close(h))
+
+    def __del__(self):
+        try:
+            h, self._h = self._h, 0
+            if h:
+                _lib.close(h)
+            p, self._pinh = self._pinh, 0
+            if p:
+                _lib.close(p)
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def _pin(self):
+        """Keep the memory until this object is collected: NumPy, CuPy and
+        others that read __array_interface__ or __cuda_array_interface__ keep
+        this object alive, not our handle, so close() must not free memory
+        they still use. A second handle does it."""
+        if not self._pinh:
+            h = ctypes.c_uint64()
+            _lib.check(_lib.index(self._handle(), 0, None, ctypes.byref(h), None))
+            self._pinh = h.value
+
+    def __dlpack_device__(self):
+        return self._dev
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        h = self._handle()
+        versioned = 0
+        if max_version is not None:
+            versioned = 1 if tuple(max_version)[0] >= 1 else 0
+        if stream is None:
+            has_stream, s = 0, 0
+        else:
+            has_stream, s = 1, operator.index(stream)
+        if dl_device is None:
+            has_dev, dt, di = 0, 0, 0
+        else:
+            has_dev, dt, di = 1, int(dl_device[0]), int(dl_device[1])
+        cm = 0 if copy is None else (2 if copy else 1)
+        out = ctypes.c_void_p()
+        rc = _lib.export(h, versioned, has_stream, s, has_dev, dt, di, cm, ctypes.byref(out))
+        if rc:
+            raise _lib.error(rc)
+        name = _lib.NAME_VERSIONED if versioned else _lib.NAME_LEGACY
+        try:
+            return _lib.PyCapsule_New(out.value, name, _lib.CAPSULE_DESTRUCTOR)
+        except BaseException:
+            _lib.call_deleter(out.value, versioned)
+            raise
+
+
+_core = _lib.core
+if _core is not None:
+    _Base = _core["CTensor"]
+    _core_wrap = _core["wrap"]
+    _core_take = _core["take"]
+    _core_exchange = _core["exchange_import"]
+else:
+    _Base = _PyTensorBase
+
+
+class Tensor(_Base):
     """A tensor whose memory Go code owns or borrows, exchanged without copies.
 
     Make one with dlbridge.empty, zeros, arange, from_dlpack or asarray. It
-    speaks DLPack (__dlpack__, __dlpack_device__), the CUDA Array Interface
-    (CUDA tensors) and NumPy's array interface (host tensors). close() (or a
-    with block) releases it early; otherwise it is released when collected.
+    speaks DLPack (__dlpack__, __dlpack_device__, and DLPack 1.3's C
+    exchange API), the CUDA Array Interface (CUDA tensors), NumPy's array
+    interface and the buffer protocol (host tensors). close() (or a with
+    block) releases it early; otherwise it is released when collected.
     Memory exported to another library stays alive until that library
     releases it, whatever happens to this object.
     """
 
-    __slots__ = ("_h", "_ptr", "_shape", "_strides", "_code", "_dev", "_flags", "_itemsize",
-                 "_stream", "_pin", "__weakref__")
+    __slots__ = () if _Base is _PyTensorBase else ("__weakref__",)
 
     def __init__(self, *args, **kwargs):
         raise TypeError(
             "dlbridge.Tensor cannot be built directly: use dlbridge.empty, zeros, arange, "
             "from_dlpack or asarray"
         )
-
-    @classmethod
-    def _wrap(cls, h, info):
-        t = object.__new__(cls)
-        t._h = h
-        t._pin = 0
-        t._set_info(info)
-        return t
-
-    def _set_info(self, info):
-        nd = info.ndim
-        self._ptr = info.ptr
-        self._shape = tuple(info.shape[:nd])
-        self._strides = tuple(info.strides[:nd])
-        self._code = (info.code, info.bits, info.lanes)
-        self._dev = (info.device_type, info.device_id)
-        self._flags = info.flags
-        self._itemsize = info.itemsize
-        self._stream = info.stream
 
     @property
     def handle(self):
@@ -133,13 +212,6 @@ class Tensor:
 
     # ---- lifetime ----
 
-    def close(self):
-        """Release this tensor's hold on its memory now. Views made from it,
-        and exports to other libraries, keep their own hold. Idempotent."""
-        h, self._h = self._h, 0
-        if h:
-            _lib.check(_lib.close(h))
-
     @property
     def closed(self):
         return not self._h
@@ -151,29 +223,9 @@ class Tensor:
         self.close()
         return False
 
-    def __del__(self):
-        try:
-            h, self._h = self._h, 0
-            if h:
-                _lib.close(h)
-            p, self._pin = self._pin, 0
-            if p:
-                _lib.close(p)
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
-
     def _pinned(self):
-        """A second handle on the memory, held until this object is
-        collected: NumPy, CuPy and others that read __array_interface__ or
-        __cuda_array_interface__ keep this object alive, not our handle, so
-        close() must not free memory they still use."""
-        if not self._pin:
-            self._pin = _new(_lib.index, self._handle(), 0, None)._detach()
+        self._pin()
         return self._ptr
-
-    def _detach(self):
-        h, self._h = self._h, 0
-        return h
 
     # ---- layout ----
 
@@ -244,36 +296,6 @@ class Tensor:
         state = " closed" if not self._h else ""
         return "dlbridge.Tensor(shape=%s, dtype=%s, device=%s, ptr=%#x%s)" % (
             self._shape, self.dtype, self.device, self._ptr, state)
-
-    # ---- DLPack producer ----
-
-    def __dlpack_device__(self):
-        return self._dev
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        h = self._handle()
-        versioned = 0
-        if max_version is not None:
-            versioned = 1 if tuple(max_version)[0] >= 1 else 0
-        if stream is None:
-            has_stream, s = 0, 0
-        else:
-            has_stream, s = 1, operator.index(stream)
-        if dl_device is None:
-            has_dev, dt, di = 0, 0, 0
-        else:
-            has_dev, dt, di = 1, int(dl_device[0]), int(dl_device[1])
-        cm = 0 if copy is None else (2 if copy else 1)
-        out = ctypes.c_void_p()
-        rc = _lib.export(h, versioned, has_stream, s, has_dev, dt, di, cm, ctypes.byref(out))
-        if rc:
-            raise _lib.error(rc)
-        name = _lib.NAME_VERSIONED if versioned else _lib.NAME_LEGACY
-        try:
-            return _lib.PyCapsule_New(out.value, name, _lib.CAPSULE_DESTRUCTOR)
-        except BaseException:
-            _lib.call_deleter(out.value, versioned)
-            raise
 
     # ---- array interfaces ----
 
@@ -503,6 +525,10 @@ class Tensor:
         return self.sum() if self._code[0] != 6 else bool(self.sum())
 
 
+if _core is not None:
+    _core["set_tensor_class"](Tensor)  # for tensors the C exchange API makes
+
+
 def _scalar(value):
     s = _lib.Scalar()
     if isinstance(value, bool):
@@ -629,6 +655,8 @@ def _debug_spin_write(t, bits, seconds):
 
 def _take_capsule(cap):
     """Consume a DLPack capsule: check and rename it, hand the pointer to Go."""
+    if _core is not None:
+        return _core_take(Tensor, cap)
     name = _lib.PyCapsule_GetName(cap)
     if name == b"dltensor_versioned":
         versioned = 1
@@ -650,6 +678,15 @@ def _take_capsule(cap):
     return _new(_lib.import_, ptr, versioned, 1)
 
 
+def _from_handle(h):
+    """A Tensor owning handle h (made by a Go function of the library)."""
+    if _core is not None:
+        return _core_wrap(Tensor, h)
+    info = _lib.Info()
+    _lib.check(_lib.info_get(h, ctypes.byref(info)))
+    return Tensor._from_info(h, info)
+
+
 def from_dlpack(obj, *, device=None, copy=None):
     """A dlbridge.Tensor from any __dlpack__ producer or a DLPack capsule,
     zero-copy unless a copy is asked for (copy=True) or needed (device
@@ -658,6 +695,12 @@ def from_dlpack(obj, *, device=None, copy=None):
     if isinstance(obj, CapsuleType):
         t = _take_capsule(obj)
     else:
+        if _core is not None and want is None and copy is None:
+            # DLPack 1.3's C exchange API (PyTorch 2.11, dlbridge): no
+            # Python-level __dlpack__, the producer's stream ordered by event.
+            api = getattr(type(obj), "__dlpack_c_exchange_api__", None)
+            if api is not None:
+                return _core_exchange(Tensor, obj, api)
         producer = getattr(obj, "__dlpack__", None)
         if producer is None:
             raise TypeError(

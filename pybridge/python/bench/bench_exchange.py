@@ -1,0 +1,111 @@
+"""Times tensor exchanges through dlbridge next to the same exchanges between
+peers (PyTorch, CuPy, NumPy) in one run, and prints ratios against the
+targets of issue 4. Each timing is the best of several timeit repeats, per
+call, with the result dropped at once (so the deleter runs inside it too).
+
+    DLBRIDGE_LIB=build/libdlbridge.so PYTHONPATH=pybridge/python python3 pybridge/python/bench/bench_exchange.py
+"""
+
+import gc
+import sys
+import timeit
+
+import dlbridge
+
+
+def best_us(fn, number=20000, repeat=7):
+    fn()  # warm up
+    gc.collect()
+    gc.disable()
+    try:
+        times = timeit.repeat(fn, number=number, repeat=repeat)
+    finally:
+        gc.enable()
+    return min(times) / number * 1e6
+
+
+def optional(name):
+    try:
+        return __import__(name)
+    except Exception:
+        return None
+
+
+class CAIOnly:
+    def __init__(self, obj):
+        self.__cuda_array_interface__ = obj.__cuda_array_interface__
+
+
+def main():
+    np = optional("numpy")
+    torch = optional("torch")
+    cupy = optional("cupy") if dlbridge.cuda_available() else None
+    rows = []  # (name, microseconds)
+    t = {}
+
+    def run(name, fn, number=20000):
+        us = best_us(fn, number=number)
+        t[name] = us
+        rows.append((name, us))
+
+    host = dlbridge.arange(1024, dtype="float32")
+    run("dlbridge: t.__dlpack__() + capsule drop", lambda: host.__dlpack__(max_version=(1, 3)))
+    run("dlbridge.from_dlpack(dlbridge host)", lambda: dlbridge.from_dlpack(host))
+    if np is not None:
+        a = np.arange(1024, dtype=np.float32)
+        run("numpy.from_dlpack(numpy)", lambda: np.from_dlpack(a))
+        run("numpy.from_dlpack(dlbridge host)", lambda: np.from_dlpack(host))
+        run("numpy.asarray(dlbridge host)", lambda: np.asarray(host))
+        run("dlbridge.from_dlpack(numpy)", lambda: dlbridge.from_dlpack(a))
+    if torch is not None:
+        c = torch.arange(1024, dtype=torch.float32)
+        run("torch.from_dlpack(torch cpu)", lambda: torch.from_dlpack(c))
+        run("torch.from_dlpack(dlbridge host)", lambda: torch.from_dlpack(host))
+        run("dlbridge.from_dlpack(torch cpu)", lambda: dlbridge.from_dlpack(c))
+    if dlbridge.cuda_available():
+        dev = dlbridge.arange(1 << 16, dtype="float32", device="cuda")
+        if torch is not None and torch.cuda.is_available():
+            x = torch.arange(1 << 16, dtype=torch.float32, device="cuda")
+            run("torch.from_dlpack(torch cuda)", lambda: torch.from_dlpack(x), 5000)
+            run("torch.from_dlpack(dlbridge cuda)", lambda: torch.from_dlpack(dev), 5000)
+            run("dlbridge.from_dlpack(torch cuda)", lambda: dlbridge.from_dlpack(x), 5000)
+            run("dlbridge.asarray(torch cuda, CAI)", lambda: dlbridge.asarray(CAIOnly(x)), 5000)
+            run("torch.as_tensor(dlbridge cuda, CAI)", lambda: torch.as_tensor(dev, device="cuda"), 5000)
+        if cupy is not None:
+            y = cupy.arange(1 << 16, dtype=cupy.float32)
+            run("cupy.from_dlpack(dlbridge cuda)", lambda: cupy.from_dlpack(dev), 5000)
+            run("cupy.asarray(dlbridge cuda, CAI)", lambda: cupy.asarray(dev), 5000)
+            run("dlbridge.from_dlpack(cupy)", lambda: dlbridge.from_dlpack(y), 5000)
+            if torch is not None and torch.cuda.is_available():
+                run("torch.from_dlpack(cupy)", lambda: torch.from_dlpack(y), 5000)
+                run("cupy.from_dlpack(torch)", lambda: cupy.from_dlpack(x), 5000)
+                run("cupy.asarray(torch, CAI)", lambda: cupy.asarray(x), 5000)
+                run("torch.as_tensor(cupy, CAI)", lambda: torch.as_tensor(y, device="cuda"), 5000)
+
+    print("dlbridge %s, Python %s, library %s" % (dlbridge.__version__, sys.version.split()[0], dlbridge.library_path))
+    for mod in (np, torch, cupy):
+        if mod is not None:
+            print("  %s %s" % (mod.__name__, mod.__version__))
+    print()
+    print("%-44s %10s" % ("exchange", "us/call"))
+    for name, us in rows:
+        print("%-44s %10.2f" % (name, us))
+
+    targets = [
+        ("torch.from_dlpack(dlbridge cuda)", "torch.from_dlpack(cupy)", 0.5),
+        ("cupy.from_dlpack(dlbridge cuda)", "cupy.from_dlpack(torch)", 1.0),
+        ("numpy.from_dlpack(dlbridge host)", "numpy.from_dlpack(numpy)", 2.0),
+        ("dlbridge.from_dlpack(torch cuda)", "torch.from_dlpack(cupy)", 1.0),
+    ]
+    print()
+    print("%-36s %-28s %7s %7s  %s" % ("ours", "peer", "ratio", "target", ""))
+    for ours, peer, limit in targets:
+        if ours in t and peer in t:
+            r = t[ours] / t[peer]
+            print("%-36s %-28s %7.2f %7.2f  %s" % (ours, peer, r, limit, "ok" if r <= limit else "MISSED"))
+        else:
+            print("%-36s %-28s %7s %7.2f  not measured here" % (ours, peer, "-", limit))
+
+
+if __name__ == "__main__":
+    main()
