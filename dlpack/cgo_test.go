@@ -219,9 +219,10 @@ func TestTotalCDeleterCalls(t *testing.T) {
 }
 
 // cgo's pointer checks scan the Go object a pointer passed to C lies in
-// and panic on pointers to unpinned Go memory. Exports live in shared,
-// pinned chunks next to other exports (live, released, and with Go-memory
-// data or not): handing any of them to C must pass the checks.
+// and panic on pointers to unpinned Go memory. Exports live in recycled,
+// pinned blocks that point at Go-memory data and dims outside the block:
+// handing any of them to C must pass the checks, while other exports come
+// and go.
 func TestExportPassesCgoPointerChecks(t *testing.T) {
 	// First prove the checks are on: Go memory holding an unpinned Go
 	// pointer must be refused.
@@ -252,7 +253,7 @@ func TestExportPassesCgoPointerChecks(t *testing.T) {
 		}
 		ptrs = append(ptrs, p)
 		cabi.PassToC(p)
-		if i%2 == 0 { // release every other one: their blocks stay in pinned chunks
+		if i%2 == 0 { // release every other one: their blocks are reused
 			DeleteVersioned(p)
 		}
 	}

@@ -26,14 +26,15 @@
 //
 // Export builds a DLManagedTensorVersioned for a Desc whose memory a
 // Releaser keeps alive. Header, shape and strides are one Go block, kept
-// reachable by a table and pinned with runtime.Pinner until the consumer
-// calls the deleter, so that neither the GC nor cgo's pointer checks get in
-// the way. Every export carries the same deleter, a single C function
-// pointer (DeleterPtr): a cgo-exported Go function when built with cgo, a
-// purego callback without cgo (purego allows only 2000 callbacks per
-// process, so exactly two are ever made). It may be called from any thread,
-// including threads Go did not create; a second call with the same pointer
-// is detected and ignored.
+// reachable by a table and pinned with runtime.Pinner (with the data, when
+// it is Go memory) until the consumer calls the deleter, so that neither
+// the GC nor cgo's pointer checks get in the way. Blocks are recycled
+// through a quarantine, so an export costs no allocation. Every export
+// carries the same deleter, a single C function pointer (DeleterPtr): a
+// cgo-exported Go function when built with cgo, a purego callback without
+// cgo (purego allows only 2000 callbacks per process, so exactly two are
+// ever made). It may be called from any thread, including threads Go did
+// not create; a second call with the same pointer is detected and ignored.
 //
 //	p, err := dlpack.Export(&desc, owner) // owner.Release() runs when the consumer is done
 //	// hand p to C; the consumer calls p->deleter(p) once

@@ -17,113 +17,102 @@ type Releaser interface {
 }
 
 // What C sees of an export is a cBlock: the header (versioned or legacy)
-// and shape and strides inline for up to InlineDims dimensions. cBlocks are
-// carved out of chunks of chunkBlocks, each chunk one Go allocation pinned
-// (runtime.Pinner) once. A chunk whose blocks have all been released goes
-// to a FIFO quarantine and is carved again only after chunkQuarantine
-// chunks drained after it; beyond chunkSpares drained chunks the oldest is
-// unpinned and left to the GC. Compared with one allocation and one pin per
-// export this halves the cost of an export, and keeps its memory hot.
+// and shape and strides inline for up to InlineDims dimensions, one Go
+// object. It is pinned (runtime.Pinner) once, when first made, and stays
+// pinned while in use and while kept for reuse: a released block goes to a
+// FIFO quarantine and is handed out again only after blockQuarantine
+// blocks released after it; beyond blockSpares the oldest is unpinned and
+// left to the GC. Compared with one allocation and one pin per export this
+// more than halves the cost of an export, and keeps its memory hot.
 //
 // The quarantine is what makes a consumer's second deleter call harmless:
 // the table no longer knows the pointer, and the same address names a new
-// export only after at least chunkQuarantine × chunkBlocks (480) exports
-// made later have come and gone.
+// export only after at least blockQuarantine (512) later exports have come
+// and gone. (Calling a DLPack deleter twice is a consumer bug; this limits
+// the damage.)
 //
 // cgo's pointer checks scan the whole Go object a pointer handed to C lies
-// in, so a chunk holds no pointers but to pinned memory: itself, and data
-// that is Go memory (pinned per export). The Go side of an export (its
-// Releaser, the Pinner of its data) lives in the export table, and a
-// released block's pointers are cleared.
+// in, and panic on any pointer in it to unpinned Go memory. So the block is
+// one object per export (no sibling exports in it), holds only pointers to
+// itself and to pinned memory (the data, when it is Go memory, is pinned
+// before its address is written), and the Go side of an export (Releaser,
+// Pinners) lives elsewhere.
 type cBlock struct {
 	ver  DLManagedTensorVersioned // header of a versioned export
 	leg  DLManagedTensor          // header of a legacy export
 	dims [2 * InlineDims]int64
 }
 
+// blockState is the Go side of a block, reused with it.
+type blockState struct {
+	blk  *cBlock
+	self runtime.Pinner // pins blk, from its making until it is dropped
+	data runtime.Pinner // pins the export's data (if Go memory) and dims outside blk
+}
+
 const (
-	chunkBlocks     = 15 // × 272 bytes = 4080: fills the 4096-byte size class
-	chunkQuarantine = 32
-	chunkSpares     = 64 // at most 256 KiB of drained chunks kept
+	blockQuarantine = 512
+	blockSpares     = 1024 // at most 1024 × 288 bytes kept for reuse
 )
 
-type chunk [chunkBlocks]cBlock
-
-type chunkState struct {
-	c         *chunk
-	pin       runtime.Pinner
-	remaining atomic.Int32 // blocks not yet released
-}
-
-// done releases one block of the chunk; the last one sends the chunk to
-// the quarantine.
-func (cs *chunkState) done() {
-	if cs.remaining.Add(-1) != 0 {
-		return
-	}
-	carver.mu.Lock()
-	if carver.drained.len() == chunkSpares {
-		old := carver.drained.pop()
-		old.pin.Unpin() // the chunk is left to the GC
-	}
-	carver.drained.push(cs)
-	carver.mu.Unlock()
-}
-
-// chunkRing is the FIFO of drained chunks.
-type chunkRing struct {
-	buf        [chunkSpares]*chunkState
+// blockRing is the FIFO of released blocks.
+type blockRing struct {
+	buf        [blockSpares]*blockState
 	head, size int
 }
 
-func (r *chunkRing) len() int { return r.size }
-
-func (r *chunkRing) push(cs *chunkState) {
-	r.buf[(r.head+r.size)%chunkSpares] = cs
+func (r *blockRing) push(bs *blockState) {
+	r.buf[(r.head+r.size)%blockSpares] = bs
 	r.size++
 }
 
-func (r *chunkRing) pop() *chunkState {
-	cs := r.buf[r.head]
+func (r *blockRing) pop() *blockState {
+	bs := r.buf[r.head]
 	r.buf[r.head] = nil
-	r.head = (r.head + 1) % chunkSpares
+	r.head = (r.head + 1) % blockSpares
 	r.size--
-	return cs
+	return bs
 }
 
-// carver hands out the blocks of the current chunk in order.
-var carver struct {
-	mu      sync.Mutex
-	cur     *chunkState
-	next    int
-	drained chunkRing
+var spareBlocks struct {
+	mu   sync.Mutex
+	ring blockRing
 }
 
-func newBlock() (*cBlock, *chunkState) {
-	carver.mu.Lock()
-	cs := carver.cur
-	if cs == nil || carver.next == chunkBlocks {
-		if carver.drained.len() > chunkQuarantine {
-			cs = carver.drained.pop() // still pinned
-		} else {
-			cs = &chunkState{c: new(chunk)}
-			cs.pin.Pin(cs.c)
-		}
-		cs.remaining.Store(chunkBlocks)
-		carver.cur, carver.next = cs, 0
+// newBlock returns a pinned block: a spare one past its quarantine, or a
+// new one.
+func newBlock() *blockState {
+	spareBlocks.mu.Lock()
+	if spareBlocks.ring.size > blockQuarantine {
+		bs := spareBlocks.ring.pop()
+		spareBlocks.mu.Unlock()
+		return bs
 	}
-	b := &cs.c[carver.next]
-	carver.next++
-	carver.mu.Unlock()
-	return b, cs
+	spareBlocks.mu.Unlock()
+	bs := &blockState{blk: new(cBlock)}
+	bs.self.Pin(bs.blk)
+	return bs
 }
 
-// exportEntry is the Go side of one export.
+// recycle takes back a released block (its pointers cleared, its data
+// unpinned).
+func recycle(bs *blockState) {
+	var drop *blockState
+	spareBlocks.mu.Lock()
+	if spareBlocks.ring.size == blockSpares {
+		drop = spareBlocks.ring.pop()
+	}
+	spareBlocks.ring.push(bs)
+	spareBlocks.mu.Unlock()
+	if drop != nil {
+		drop.self.Unpin() // the block is left to the GC
+	}
+}
+
+// exportEntry is the table's record of one live export.
 type exportEntry struct {
-	blk    *cBlock
-	cs     *chunkState
+	bs     *blockState
 	rel    Releaser
-	pin    *runtime.Pinner // pins the data (if Go memory) and dims outside the block
 	legacy bool
 }
 
@@ -137,23 +126,7 @@ const exportShards = 16
 type exportShard struct {
 	mu sync.Mutex
 	m  map[uintptr]exportEntry
-	// Spare Pinners for the data of exports. A Pinner keeps its internals
-	// across Unpin; a fresh one costs an allocation and a finalizer on its
-	// first Pin. (Not a sync.Pool: the GC empties those.)
-	spare []*runtime.Pinner
-	_     [24]byte // keep shards on separate cache lines
-}
-
-const sparePinners = 32 // per shard
-
-// takePinner pops a spare Pinner; s.mu is held.
-func (s *exportShard) takePinner() *runtime.Pinner {
-	if n := len(s.spare); n > 0 {
-		p := s.spare[n-1]
-		s.spare = s.spare[:n-1]
-		return p
-	}
-	return new(runtime.Pinner)
+	_  [48]byte // keep shards on separate cache lines
 }
 
 var (
@@ -166,14 +139,13 @@ var (
 func init() {
 	for i := range exportTable {
 		exportTable[i].m = make(map[uintptr]exportEntry)
-		exportTable[i].spare = make([]*runtime.Pinner, 0, sparePinners)
 	}
 }
 
 func shardOf(p uintptr) *exportShard {
-	// Headers are 16-byte aligned and 272 bytes apart within a chunk: mix
-	// bits above the alignment.
-	return &exportTable[(p>>4^p>>8^p>>12)%exportShards]
+	// Blocks are 288 bytes apart (legacy headers 80 bytes into theirs):
+	// mix bits above the 16-byte alignment.
+	return &exportTable[(p>>4^p>>9^p>>14)%exportShards]
 }
 
 // LiveExports is the number of exported tensors whose deleter has not run
@@ -209,10 +181,17 @@ func export(d *Desc, r Releaser, legacy bool) (unsafe.Pointer, error) {
 		return nil, ErrNoDeleter
 	}
 	n := len(d.Shape)
-	blk, cs := newBlock()
+	bs := newBlock()
+	blk := bs.blk
 	dims := blk.dims[:]
 	if n > InlineDims {
 		dims = make([]int64, 2*n)
+		bs.data.Pin(&dims[0])
+	}
+	// C keeps a pointer to the data: pin it if it is Go memory (Pin ignores
+	// addresses outside the Go heap), before the address is in the block.
+	if d.Data != 0 {
+		bs.data.Pin(ptrOf(d.Data))
 	}
 	shape, strides := dims[:n:n], dims[n:2*n:2*n]
 	copy(shape, d.Shape)
@@ -244,18 +223,8 @@ func export(d *Desc, r Releaser, legacy bool) (unsafe.Pointer, error) {
 	}
 	s := shardOf(uintptr(key))
 	s.mu.Lock()
-	pin := s.takePinner()
-	s.m[uintptr(key)] = exportEntry{blk: blk, cs: cs, rel: r, pin: pin, legacy: legacy}
+	s.m[uintptr(key)] = exportEntry{bs: bs, rel: r, legacy: legacy}
 	s.mu.Unlock()
-	// C keeps pointers to the data and to dims outside the block: pin them
-	// (Pin ignores addresses outside the Go heap). Nobody has the pointer
-	// yet, so doing it after publishing the entry is safe.
-	if n > InlineDims {
-		pin.Pin(&dims[0])
-	}
-	if d.Data != 0 {
-		pin.Pin(ptrOf(d.Data))
-	}
 	liveExports.Add(1)
 	return key, nil
 }
@@ -310,24 +279,22 @@ func releaseExport(p uintptr, legacy bool) bool {
 		return false
 	}
 	delete(s.m, p)
+	s.mu.Unlock()
 	// Clear the header: a NULL deleter for a Go consumer that asks again
 	// (DeleteVersioned; atomic, as a buggy consumer may read it from another
 	// thread), and no pointers to memory about to be unpinned, which cgo's
-	// checks would find when a sibling block of the chunk crosses to C.
-	t := &e.blk.ver.DLTensor
+	// checks would find if the block were handed to C again by mistake.
+	blk := e.bs.blk
+	t := &blk.ver.DLTensor
 	if legacy {
-		atomic.StoreUintptr(&e.blk.leg.Deleter, 0)
-		t = &e.blk.leg.DLTensor
+		atomic.StoreUintptr(&blk.leg.Deleter, 0)
+		t = &blk.leg.DLTensor
 	} else {
-		atomic.StoreUintptr(&e.blk.ver.Deleter, 0)
+		atomic.StoreUintptr(&blk.ver.Deleter, 0)
 	}
 	t.Data, t.Shape, t.Strides = nil, nil, nil
-	e.pin.Unpin()
-	if len(s.spare) < cap(s.spare) {
-		s.spare = append(s.spare, e.pin)
-	}
-	s.mu.Unlock()
-	e.cs.done()
+	e.bs.data.Unpin()
+	recycle(e.bs)
 	liveExports.Add(-1)
 	if e.rel != nil {
 		e.rel.Release()

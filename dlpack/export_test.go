@@ -251,3 +251,72 @@ func TestDeleteForeign(t *testing.T) {
 	DeleteLegacy(nil)
 	_, _ = g, g2
 }
+
+// A released block is handed out again only after blockQuarantine later
+// releases, so a consumer's late second deleter call finds nothing.
+func TestExportQuarantine(t *testing.T) {
+	d := Desc{Data: 0x1000, Device: CPUDevice, DType: Int32Type, Shape: []int64{4}}
+	rel := &countRel{}
+	first, err := Export(&d, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	DeleteVersioned(first)
+	for i := range blockQuarantine {
+		p, err := Export(&d, rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == first {
+			t.Fatalf("block reused after %d exports, want at least %d", i, blockQuarantine)
+		}
+		DeleteVersioned(p)
+	}
+	purego.SyscallN(DeleterPtr(), uintptr(first)) // late second call: ignored
+	if rel.count() != blockQuarantine+1 {
+		t.Errorf("released %d times, want %d", rel.count(), blockQuarantine+1)
+	}
+}
+
+// Exports and releases from many goroutines at once, legacy and versioned,
+// with Go-memory data: every release exactly once, nothing left live.
+func TestExportStress(t *testing.T) {
+	live := LiveExports()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			buf := make([]int64, 64)
+			d := Desc{Data: uintptr(unsafe.Pointer(&buf[0])), Device: CPUDevice, DType: Int64Type, Shape: []int64{8, 8}}
+			var held []unsafe.Pointer
+			rel := &countRel{}
+			for i := range 300 {
+				export := Export
+				if (g+i)%3 == 0 {
+					export = ExportLegacy
+				}
+				p, err := export(&d, rel)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held = append(held, p)
+				if len(held) > 20 {
+					q := held[0]
+					held = held[1:]
+					if _, ok := LookupExport(q); !ok {
+						t.Error("live export not found")
+					}
+					purego.SyscallN(deleterOf(q), uintptr(q))
+				}
+			}
+			for _, q := range held {
+				purego.SyscallN(deleterOf(q), uintptr(q))
+			}
+			if rel.count() != 300 {
+				t.Errorf("released %d times, want 300", rel.count())
+			}
+		})
+	}
+	wg.Wait()
+	mustNoLive(t, live)
+}

@@ -124,3 +124,16 @@ func mustNoLive(t testing.TB, before int) {
 		t.Errorf("LiveExports = %d, want %d", got, before)
 	}
 }
+
+// deleterOf reads the deleter of one of our exports, versioned or
+// legacy, from the table.
+func deleterOf(p unsafe.Pointer) uintptr {
+	s := shardOf(uintptr(p))
+	s.mu.Lock()
+	e := s.m[uintptr(p)]
+	s.mu.Unlock()
+	if e.legacy {
+		return (*DLManagedTensor)(p).Deleter
+	}
+	return (*DLManagedTensorVersioned)(p).Deleter
+}
