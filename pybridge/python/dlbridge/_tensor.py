@@ -687,11 +687,27 @@ def _from_handle(h):
     return Tensor._from_info(h, info)
 
 
+_work_streams = {}
+
+
+def _work_stream(device_id):
+    """The stream our Go operations on cuda:device_id use (fixed per device)."""
+    s = _work_streams.get(device_id)
+    if s is None:
+        s = _work_streams[device_id] = _lib.work_stream(device_id)
+    return s
+
+
+# Types whose __dlpack__ refused max_version once: called the legacy way
+# from then on, without paying for a TypeError every time.
+_legacy_producers = set()
+
+
 def from_dlpack(obj, *, device=None, copy=None):
     """A dlbridge.Tensor from any __dlpack__ producer or a DLPack capsule,
     zero-copy unless a copy is asked for (copy=True) or needed (device
     differs). copy=False makes a needed copy a BufferError."""
-    want = _parse_device(device)
+    want = None if device is None else _parse_device(device)
     if isinstance(obj, CapsuleType):
         t = _take_capsule(obj)
     else:
@@ -708,18 +724,23 @@ def from_dlpack(obj, *, device=None, copy=None):
                 % type(obj).__name__)
         src = obj.__dlpack_device__()
         src = (int(src[0]), int(src[1]))
-        stream = _lib.work_stream(src[1]) if src[0] == CUDA else None
+        stream = _work_stream(src[1]) if src[0] == CUDA else None
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
             kwargs["dl_device"] = want
         if copy is not None:
             kwargs["copy"] = copy
         try:
-            cap = producer(**kwargs)
+            if type(obj) in _legacy_producers:  # known to refuse max_version
+                cap = producer(stream=stream) if stream is not None else producer()
+            else:
+                cap = producer(**kwargs)
         except TypeError:
             # A producer older than DLPack 1.0 (NumPy < 2, PyTorch < 2.3):
             # no max_version, dl_device or copy; it makes a legacy capsule.
             cap = producer(stream=stream) if stream is not None else producer()
+            if len(_legacy_producers) < 64:
+                _legacy_producers.add(type(obj))
         except BufferError:
             if "dl_device" not in kwargs or copy is False:
                 raise
