@@ -268,3 +268,47 @@ func TestImportDimsTooShort(t *testing.T) {
 	im.Release()
 	_ = g
 }
+
+func TestPeekNDim(t *testing.T) {
+	s := goodSpec()
+	s.ndim, s.shape, s.strides = 3, []int64{1, 2, 3}, []int64{6, 3, 1}
+	g, p := s.versioned()
+	g2, q := s.legacy()
+	if n := PeekNDim(p, false); n != 3 {
+		t.Errorf("versioned: %d", n)
+	}
+	if n := PeekNDim(q, true); n != 3 {
+		t.Errorf("legacy: %d", n)
+	}
+	g.ver.Version.Major = 9 // unknown layout: ndim is not read
+	if n := PeekNDim(p, false); n != 0 {
+		t.Errorf("unknown major: %d", n)
+	}
+	if PeekNDim(nil, false) != 0 || PeekNDim(nil, true) != 0 {
+		t.Error("NULL")
+	}
+	_ = g2
+}
+
+// The Handle alone, as an importer that embeds it uses it.
+func TestHandleTake(t *testing.T) {
+	g, p := goodSpec().versioned()
+	var h Handle
+	var dims [4]int64
+	d, v, err := h.TakeVersioned(p, dims[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != CurrentVersion || unsafe.SliceData(d.Shape) != &dims[0] || h.Tensor() != uintptr(p) {
+		t.Errorf("desc %+v version %v", d, v)
+	}
+	if h.Released() {
+		t.Error("released before Release")
+	}
+	h.Release()
+	h.Release()
+	if deleterCalls(p) != 1 || !h.Released() {
+		t.Errorf("deleter ran %d times", deleterCalls(p))
+	}
+	_ = g
+}

@@ -7,23 +7,37 @@ import (
 	"github.com/dlbridge/dlbridge/dlpack"
 )
 
-// dlpackImport is everything an imported view needs, in one allocation: the
-// View, its Owner, the DLPack handle whose Release runs the producer's
-// deleter, and shape and strides for up to dlpack.InlineDims dimensions.
-// The view points into the struct (owner, dims), which keeps it alive.
-type dlpackImport struct {
-	view  View
-	owner Owner
-	im    dlpack.Imported
-	dims  [2 * dlpack.InlineDims]int64
-}
+// An imported view needs a View, its Owner, the dlpack.Handle whose
+// Release runs the producer's deleter, and storage for shape and strides:
+// all in one allocation, sized by the tensor's rank so that the common case
+// (up to 4 dimensions) stays in a 256-byte size class. The view points into
+// the struct (owner, dims), which keeps it alive.
+type (
+	dlpackImport4 struct {
+		view  View
+		owner Owner
+		h     dlpack.Handle
+		dims  [2 * 4]int64
+	}
+	dlpackImport8 struct {
+		view  View
+		owner Owner
+		h     dlpack.Handle
+		dims  [2 * dlpack.InlineDims]int64
+	}
+	dlpackImportN struct { // more dimensions: shape and strides apart
+		view  View
+		owner Owner
+		h     dlpack.Handle
+	}
+)
 
 // FromDLPackVersioned takes over p, a DLManagedTensorVersioned* handed over
 // by a producer, as a zero-copy view: the view's pointer is data +
 // byte_offset, and its Owner calls the producer's deleter exactly once when
 // the last view over the memory is closed (a NULL deleter is legal).
 //
-// Every field is validated first (dlpack.Imported.FromVersioned); errors
+// Every field is validated first (dlpack.Handle.TakeVersioned); errors
 // wrap a *dlpack.FieldError naming the C field. A rejected tensor's deleter
 // has already run when the error comes back, so the caller never frees p.
 //
@@ -32,39 +46,65 @@ type dlpackImport struct {
 // pending stream (the DLPack stream handshake happens before the producer
 // hands p over). Up to dlpack.InlineDims dimensions cost one allocation.
 func FromDLPackVersioned(p unsafe.Pointer) (*View, error) {
-	b := new(dlpackImport)
-	if err := b.im.FromVersioned(p, b.dims[:]); err != nil {
+	v, err := fromDLPack(p, false)
+	if err != nil {
 		return nil, fmt.Errorf("zerocopy: FromDLPackVersioned: %w", err)
 	}
-	return b.finish("dlpack import"), nil
+	return v, nil
 }
 
 // FromDLPackLegacy is FromDLPackVersioned for a legacy DLManagedTensor*:
 // no version, no flags (the view is writable), NULL strides mean compact
 // row-major.
 func FromDLPackLegacy(p unsafe.Pointer) (*View, error) {
-	b := new(dlpackImport)
-	if err := b.im.FromLegacy(p, b.dims[:]); err != nil {
+	v, err := fromDLPack(p, true)
+	if err != nil {
 		return nil, fmt.Errorf("zerocopy: FromDLPackLegacy: %w", err)
 	}
-	return b.finish("dlpack legacy import"), nil
+	return v, nil
 }
 
-// finish builds the view over a validated import without further
-// allocations: the owner, shape and strides all live in b.
-func (b *dlpackImport) finish(label string) *View {
-	b.owner.Init(&b.im, label) // the last release calls the producer's deleter
-	d := &b.im.Desc
-	v := &b.view
+func fromDLPack(p unsafe.Pointer, legacy bool) (*View, error) {
+	var (
+		v    *View
+		o    *Owner
+		h    *dlpack.Handle
+		dims []int64
+	)
+	// The rank read here only sizes the allocation; Take validates it.
+	switch n := dlpack.PeekNDim(p, legacy); {
+	case n <= 4:
+		b := new(dlpackImport4)
+		v, o, h, dims = &b.view, &b.owner, &b.h, b.dims[:]
+	case n <= dlpack.InlineDims:
+		b := new(dlpackImport8)
+		v, o, h, dims = &b.view, &b.owner, &b.h, b.dims[:]
+	default:
+		b := new(dlpackImportN)
+		v, o, h = &b.view, &b.owner, &b.h
+	}
+	var d dlpack.Desc
+	var err error
+	label := "dlpack import"
+	if legacy {
+		d, err = h.TakeLegacy(p, dims)
+		label = "dlpack legacy import"
+	} else {
+		d, _, err = h.TakeVersioned(p, dims)
+	}
+	if err != nil {
+		return nil, err // the deleter has run
+	}
+	o.Init(h, label) // the last release calls the producer's deleter
 	v.ptr, v.device, v.dtype = d.Data, d.Device, d.DType
 	v.shape, v.strides = d.Shape, d.Strides
 	v.readOnly = d.Flags&dlpack.FlagReadOnly != 0
 	v.copied = d.Flags&dlpack.FlagIsCopied != 0
 	v.padded = d.Flags&dlpack.FlagSubbyteTypePadded != 0
 	v.foreign = true
-	v.owner = &b.owner
+	v.owner = o
 	trackLeak(v)
-	return v
+	return v, nil
 }
 
 // DLPackOption adjusts what ToDLPack hands out: DLPackReadOnly,

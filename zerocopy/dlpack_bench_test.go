@@ -83,3 +83,22 @@ func BenchmarkDLPackRoundTrip(b *testing.B) {
 		w.Close()
 	}
 }
+
+// allocFloor has the size and pointer layout class of the allocation an
+// import makes (View, Owner, handle and dims for up to 4 dimensions: 256
+// bytes), for reading BenchmarkImportVersioned against.
+type allocFloor struct {
+	p [4]*int
+	b [224]byte
+}
+
+var allocFloorSink *allocFloor
+
+// BenchmarkImportAllocFloor is the cost of the one allocation an import
+// makes, alone: the floor under BenchmarkImportVersioned on this machine.
+func BenchmarkImportAllocFloor(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		allocFloorSink = new(allocFloor)
+	}
+}

@@ -220,6 +220,9 @@ func TestDLPackRoundTripFakemem(t *testing.T) {
 			return dlpMust(t)(row.Select(0, 2))
 		}},
 		{"zero-size", func(t *testing.T, v *zerocopy.View) *zerocopy.View { return dlpMust(t)(v.Slice(1, 2, 2, 1)) }},
+		{"6-d", func(t *testing.T, v *zerocopy.View) *zerocopy.View {
+			return dlpMust(t)(v.Reshape(1, 2, 2, 1, 2, 3))
+		}},
 		{"10-d", func(t *testing.T, v *zerocopy.View) *zerocopy.View {
 			return dlpMust(t)(v.Reshape(1, 2, 1, 1, 1, 1, 1, 2, 1, 6))
 		}},
