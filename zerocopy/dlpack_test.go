@@ -2,6 +2,7 @@ package zerocopy_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -429,4 +430,51 @@ func TestFromDLPackAllocs(t *testing.T) {
 	if allocs > 1 {
 		t.Errorf("import into a view made %.1f allocations, want 1", allocs)
 	}
+}
+
+// Export a Go slice to a DLPack consumer and take the tensor back in as a
+// view: the same memory, no copy; the slice's owner is released when both
+// the view and the consumer are done.
+func ExampleView_ToDLPack() {
+	data := []float32{0, 1, 2, 3, 4, 5}
+	v, err := zerocopy.FromSlice(data, 2, 3)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p, err := v.ToDLPack() // a DLManagedTensorVersioned* for C; its deleter releases the export
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	v.Close() // the export keeps the memory
+
+	w, err := zerocopy.FromDLPackVersioned(p) // what a Go consumer does with p
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	x, _ := zerocopy.At[float32](w, 1, 2)
+	fmt.Println(w.DType(), w.Shape(), w.Ptr() == uintptr(unsafe.Pointer(&data[0])), x)
+	w.Close() // runs the export's deleter: the last reference goes
+	fmt.Println("live exports:", dlpack.LiveExports())
+	// Output:
+	// float32 [2 3] true 5
+	// live exports: 0
+}
+
+// A producer's tensor that breaks the rules is refused with an error that
+// names the field; the producer's deleter has run.
+func ExampleFromDLPackVersioned() {
+	shape := []int64{4}
+	t := &dlpack.DLManagedTensorVersioned{
+		Version: dlpack.Version{Major: 1, Minor: 3},
+		DLTensor: dlpack.DLTensor{NDim: 1, DType: dlpack.Float32Type, Device: dlpack.CPUDevice,
+			Shape: &shape[0]}, // strides NULL: not allowed since DLPack 1.2
+	}
+	_, err := zerocopy.FromDLPackVersioned(unsafe.Pointer(t))
+	var fe *dlpack.FieldError
+	fmt.Println(errors.As(err, &fe), fe.Field)
+	// Output:
+	// true dl_tensor.strides
 }
