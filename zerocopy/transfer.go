@@ -79,7 +79,8 @@ func ParseTransferPath(s string) (TransferPath, error) {
 type CopierOptions struct {
 	// Path forces the transfer path of pageable memory (default PathAuto).
 	Path TransferPath
-	// ChunkBytes is the size of each pinned staging buffer (default 8 MiB).
+	// ChunkBytes is the size of each pinned staging buffer (default 16 MiB;
+	// a transfer uses buffers of a quarter of its size when that is less).
 	ChunkBytes int64
 	// Buffers is the number of staging buffers in a ring (default 4).
 	Buffers int
@@ -100,7 +101,7 @@ type CopierOptions struct {
 
 func (o CopierOptions) withDefaults() CopierOptions {
 	if o.ChunkBytes <= 0 {
-		o.ChunkBytes = 8 << 20
+		o.ChunkBytes = 16 << 20
 	}
 	if o.Buffers <= 0 {
 		o.Buffers = 4
@@ -455,103 +456,202 @@ func pieces(shape, hs, ds []int64, is, chunk int64) []piece {
 
 // staged moves the data through the Copier's ring of pinned buffers. Each
 // piece is packed on the host into a buffer laid out like the device side
-// (so the DMA is the device side's own runs), by several goroutines, while
-// the DMA of the previous piece runs. It returns when the host memory is
-// done with: for a device destination the last DMA may still be in flight
-// on the stream, reading pinned memory only.
+// (so the DMA is the device side's own runs) while the DMA of earlier
+// pieces runs. The host copies are cut into tasks of about a worker's share
+// of a piece, and a pool of workers takes them in order without waiting at
+// piece boundaries: the worker that finishes a piece's last task of an
+// upload queues its DMA, and a download's tasks wait only for their own
+// piece's DMA. It returns when the host memory is done with: for a device
+// destination the last DMAs may still be in flight on the stream, reading
+// pinned memory only.
 func (x *xfer) staged() error {
 	r, err := x.c.getRing(x.d, x.c.ringSize(x.bytes()))
 	if err != nil {
 		return err
 	}
 	defer x.c.putRing(r)
-	h2d := x.src.kind.host()
-	host, dev := x.src, x.dst
-	if !h2d {
-		host, dev = x.dst, x.src
+	p := &pipeline{x: x, r: r, h2d: x.src.kind.host()}
+	p.host, p.dev = x.src, x.dst
+	if !p.h2d {
+		p.host, p.dev = x.dst, x.src
 	}
-	ps := pieces(x.shape, host.strides, dev.strides, x.is, min(r.size, x.c.ringSize(x.bytes())))
-	k := len(r.bufs)
+	p.ps = pieces(x.shape, p.host.strides, p.dev.strides, x.is, min(r.size, x.c.ringSize(x.bytes())))
+	return p.run()
+}
 
-	// stage describes piece i in buffer b: the pinned side's base and
-	// strides (compact, like the device side).
-	type stageSide struct {
-		base    uintptr
-		strides []int64
-	}
-	stage := func(i, b int) stageSide {
-		like, off, _ := likeStrides(ps[i].shape, dev.strides)
-		return stageSide{base: uintptr(r.bufs[b].Ptr()) + uintptr(off*x.is), strides: like}
-	}
-	// DMA between the buffer and the device for piece i.
-	move := func(i int, st stageSide) error {
-		pc := ps[i]
-		db := dev.base + uintptr(pc.doff*x.is)
-		var p bytePlan
-		if h2d {
-			p = planBytes(pc.shape, dev.strides, st.strides, x.is)
-			return dmaOrKernel(x, &p, db, st.base, dev.kind, memPinned)
-		}
-		p = planBytes(pc.shape, st.strides, dev.strides, x.is)
-		return dmaOrKernel(x, &p, st.base, db, memPinned, dev.kind)
-	}
-	// The host side of piece i, copied by the workers.
-	pack := func(i int, st stageSide) {
-		pc := ps[i]
-		hb := host.base + uintptr(pc.hoff*x.is)
-		if h2d {
-			parallelCopy(x.c.opts.Workers, pc.shape, st.base, st.strides, hb, host.strides, x.is)
-		} else {
-			parallelCopy(x.c.opts.Workers, pc.shape, hb, host.strides, st.base, st.strides, x.is)
-		}
-	}
+// pipeline is one staged transfer in progress.
+type pipeline struct {
+	x         *xfer
+	r         *ring
+	h2d       bool
+	host, dev side
+	ps        []piece
 
-	if h2d {
-		for i := range ps {
-			b := i % k
-			if err := r.evs[b].Synchronize(); err != nil { // the buffer's last DMA is done
-				return err
-			}
-			st := stage(i, b)
-			pack(i, st)
-			if err := move(i, st); err != nil {
-				return err
-			}
-			if err := r.evs[b].Record(x.s); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// Device to host: keep up to k DMAs ahead of the host copies.
-	issue := func(i int) error {
-		b := i % k
-		if err := r.evs[b].Synchronize(); err != nil {
-			return err
-		}
-		if err := move(i, stage(i, b)); err != nil {
-			return err
-		}
-		return r.evs[b].Record(x.s)
-	}
-	for i := 0; i < min(k, len(ps)); i++ {
-		if err := issue(i); err != nil {
-			return err
-		}
-	}
-	for i := range ps {
-		b := i % k
-		if err := r.evs[b].Synchronize(); err != nil {
-			return err
-		}
-		pack(i, stage(i, b))
-		if i+k < len(ps) {
-			if err := issue(i + k); err != nil {
-				return err
-			}
-		}
+	left  []atomic.Int32  // host copy tasks not yet done, per piece
+	free  []chan struct{} // per buffer: a token while no piece's host work is pending on it
+	tasks chan pipeTask   // host copies, in piece order
+	err   atomic.Pointer[error]
+}
+
+// pipeTask is one host copy: part of piece i, between the host memory and
+// buffer b.
+type pipeTask struct {
+	i, b     int
+	shape    []int64
+	hp, bp   uintptr // element [0,...] of the part on the host and in the buffer
+	bstrides []int64 // the buffer's strides
+}
+
+func (p *pipeline) fail(err error) {
+	p.err.CompareAndSwap(nil, &err)
+}
+
+func (p *pipeline) failed() error {
+	if e := p.err.Load(); e != nil {
+		return *e
 	}
 	return nil
+}
+
+// stage returns where piece i lives in buffer b: the element [0,...] of
+// a compact layout like the device side, and its strides.
+func (p *pipeline) stage(i, b int) (uintptr, []int64) {
+	like, off, _ := likeStrides(p.ps[i].shape, p.dev.strides)
+	return uintptr(p.r.bufs[b].Ptr()) + uintptr(off*p.x.is), like
+}
+
+// move queues the DMA of piece i between buffer b and the device.
+func (p *pipeline) move(i, b int) error {
+	x, pc := p.x, p.ps[i]
+	bp, bs := p.stage(i, b)
+	db := p.dev.base + uintptr(pc.doff*x.is)
+	var pl bytePlan
+	if p.h2d {
+		pl = planBytes(pc.shape, p.dev.strides, bs, x.is)
+		return dmaOrKernel(x, &pl, db, bp, p.dev.kind, memPinned)
+	}
+	pl = planBytes(pc.shape, bs, p.dev.strides, x.is)
+	return dmaOrKernel(x, &pl, bp, db, memPinned, p.dev.kind)
+}
+
+// split cuts piece i (in buffer b) into host copy tasks along its largest
+// dimension: about one per worker, none smaller than minPart bytes.
+func (p *pipeline) split(i, b int, emit func(pipeTask)) int {
+	pc := p.ps[i]
+	bp, bs := p.stage(i, b)
+	hp := p.host.base + uintptr(pc.hoff*p.x.is)
+	n := p.x.is
+	dim, ext := -1, int64(1)
+	for d, e := range pc.shape {
+		n *= e
+		if e > ext {
+			dim, ext = d, e
+		}
+	}
+	parts := min(int64(p.x.c.opts.Workers), max(n/minPart, 1), ext)
+	if parts <= 1 || dim < 0 {
+		emit(pipeTask{i: i, b: b, shape: pc.shape, hp: hp, bp: bp, bstrides: bs})
+		return 1
+	}
+	per := (ext + parts - 1) / parts
+	k := 0
+	for start := int64(0); start < ext; start += per {
+		sub := slices.Clone(pc.shape)
+		sub[dim] = min(per, ext-start)
+		emit(pipeTask{i: i, b: b, shape: sub, bstrides: bs,
+			hp: hp + uintptr(start*p.host.strides[dim]*p.x.is),
+			bp: bp + uintptr(start*bs[dim]*p.x.is)})
+		k++
+	}
+	return k
+}
+
+func (p *pipeline) run() error {
+	x, k := p.x, len(p.r.bufs)
+	p.left = make([]atomic.Int32, len(p.ps))
+	p.free = make([]chan struct{}, k)
+	for b := range p.free {
+		p.free[b] = make(chan struct{}, 1)
+		p.free[b] <- struct{}{}
+	}
+	workers := x.c.opts.Workers
+	p.tasks = make(chan pipeTask, k*workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(p.work)
+	}
+	// The coordinator: claim a buffer, make sure its last DMA is done, queue
+	// the piece's tasks (after its DMA, for a download).
+	for i := range p.ps {
+		if p.failed() != nil {
+			break
+		}
+		b := i % k
+		<-p.free[b] // the host copies of the buffer's previous piece are done
+		if err := p.r.evs[b].Synchronize(); err != nil {
+			p.fail(err)
+			break
+		}
+		if !p.h2d {
+			if err := p.move(i, b); err != nil {
+				p.fail(err)
+				break
+			}
+			if err := p.r.evs[b].Record(x.s); err != nil {
+				p.fail(err)
+				break
+			}
+		}
+		p.queue(i, b)
+	}
+	close(p.tasks)
+	wg.Wait()
+	return p.failed()
+}
+
+// queue sets piece i's task count, then hands its tasks to the workers.
+func (p *pipeline) queue(i, b int) {
+	var ts []pipeTask
+	n := p.split(i, b, func(t pipeTask) { ts = append(ts, t) })
+	p.left[i].Store(int32(n))
+	for _, t := range ts {
+		p.tasks <- t
+	}
+}
+
+// work runs host copy tasks until the queue closes. After an error the
+// remaining tasks are drained without copying.
+func (p *pipeline) work() {
+	x := p.x
+	for t := range p.tasks {
+		if p.failed() == nil {
+			if !p.h2d {
+				// The piece's DMA into the buffer must be done.
+				if err := p.r.evs[t.b].Synchronize(); err != nil {
+					p.fail(err)
+				}
+			}
+		}
+		if p.failed() == nil {
+			if p.h2d {
+				hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
+			} else {
+				hostCopy(t.shape, t.hp, p.host.strides, t.bp, t.bstrides, x.is)
+			}
+		}
+		if p.left[t.i].Add(-1) != 0 {
+			continue
+		}
+		// The last task of the piece: an upload's DMA can go.
+		if p.h2d && p.failed() == nil {
+			if err := p.move(t.i, t.b); err != nil {
+				p.fail(err)
+			} else if err := p.r.evs[t.b].Record(x.s); err != nil {
+				p.fail(err)
+			}
+		}
+		p.free[t.b] <- struct{}{}
+	}
 }
 
 // dmaOrKernel issues the DMA of a staged piece; a device layout the DMA
@@ -595,47 +695,8 @@ func dmaOrKernel(x *xfer, p *bytePlan, dst, src uintptr, dk, sk memKind) error {
 	return x.d.kernelCopy(x.s, &kp, dst, uintptr(tmp))
 }
 
-// minPart is the smallest share of a chunk worth a goroutine of its own.
+// minPart is the smallest share of a piece worth a task of its own.
 const minPart = 256 << 10
-
-// parallelCopy copies a block of shape between host layouts (strides in
-// elements, bases at element [0,...]) on up to workers goroutines, each
-// taking a contiguous range of the largest dimension.
-func parallelCopy(workers int, shape []int64, dst uintptr, ds []int64, src uintptr, ss []int64, is int64) {
-	n := is
-	dim, ext := -1, int64(1)
-	for i, e := range shape {
-		n *= e
-		if e > ext {
-			dim, ext = i, e
-		}
-	}
-	parts := int64(workers)
-	if q := n / minPart; q < parts {
-		parts = q
-	}
-	if parts > ext {
-		parts = ext
-	}
-	if parts <= 1 || dim < 0 {
-		hostCopy(shape, dst, ds, src, ss, is)
-		return
-	}
-	var wg sync.WaitGroup
-	per := (ext + parts - 1) / parts
-	for start := int64(0); start < ext; start += per {
-		sub := slices.Clone(shape)
-		sub[dim] = min(per, ext-start)
-		d := dst + uintptr(start*ds[dim]*is)
-		s := src + uintptr(start*ss[dim]*is)
-		if start+per >= ext {
-			hostCopy(sub, d, ds, s, ss, is) // the last part on this goroutine
-			break
-		}
-		wg.Go(func() { hostCopy(sub, d, ds, s, ss, is) })
-	}
-	wg.Wait()
-}
 
 // hostCopy copies a block between two non-overlapping host layouts.
 func hostCopy(shape []int64, dst uintptr, ds []int64, src uintptr, ss []int64, is int64) {
