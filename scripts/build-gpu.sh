@@ -9,15 +9,15 @@ cd "$(dirname "$0")/.."
 G=build/gpu
 rm -rf "$G"; mkdir -p "$G/bin" "$G/py"
 # Test binaries: every package that has GPU tests (they skip without DLBRIDGE_GPU=1).
-for p in cuda zerocopy dlpack pybridge; do
+for p in cuda zerocopy pybridge cmd/dlbridge; do
   [ -d "$p" ] || continue
-  CGO_ENABLED=0 go test -c -o "$G/bin/$p.nocgo.test" "./$p" 2>/dev/null || echo "note: no CGO_ENABLED=0 test binary for $p"
-  go test -c -o "$G/bin/$p.cgo.test" "./$p"
+  CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.nocgo.test" "./$p" 2>/dev/null || echo "note: no CGO_ENABLED=0 test binary for $p"
+  go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.cgo.test" "./$p"
 done
 # Benchmark programs and the command-line tool.
-[ -d bench/bindcost ] && go build -o "$G/bin/bindcost" ./bench/bindcost
-[ -d bench/bindcost ] && CGO_ENABLED=0 go build -tags nocgo -o "$G/bin/bindcost.nocgo" ./bench/bindcost 2>/dev/null || true
-[ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -o "$G/bin/dlbridge" ./cmd/dlbridge
+[ -d bench/bindcost ] && go build -ldflags="-s -w" -o "$G/bin/bindcost" ./bench/bindcost
+[ -d bench/bindcost ] && CGO_ENABLED=0 go build -tags nocgo -ldflags="-s -w" -o "$G/bin/bindcost.nocgo" ./bench/bindcost 2>/dev/null || true
+[ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/dlbridge" ./cmd/dlbridge
 # The c-shared library and the Python package exactly as the README builds them.
 make -s lib
 cp build/libdlbridge.so "$G/"

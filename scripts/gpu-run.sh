@@ -9,7 +9,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu
 has() { [[ " $parts " == *" $1 "* ]]; }
 if has go; then
   for t in $G/bin/*.test; do
-    echo "=== $t"; (cd "$(basename "$t" | cut -d. -f1)" 2>/dev/null || true; timeout 300 "$OLDPWD/$t" -test.count=1 -test.v 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)' | tail -300)
+    b=$(basename "$t"); pkg=${b%%.*}; dir=${pkg//_//}
+    echo "=== $t (in $dir)"; (cd "$dir" && timeout 300 "$OLDPWD/$t" -test.count=1 -test.v 2>&1 | grep -Ev '^=== (RUN|PAUSE|CONT)' | tail -400)
   done > "$OUT/gotest.log" 2>&1
   grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$OUT/gotest.log" | head -50
 fi
