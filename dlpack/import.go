@@ -6,9 +6,10 @@ import (
 	"unsafe"
 )
 
-// Desc is a validated description of a tensor in Go memory: where element
-// [0, 0, ...] is, what it holds and how it is laid out. Strides are in
-// elements and always filled.
+// Desc describes a tensor with Go slices for shape and strides: where
+// element [0, 0, ...] is, what it holds and how it is laid out. Strides are
+// in elements. An import returns it validated, strides always filled;
+// Export validates it and reads nil strides as C-contiguous.
 type Desc struct {
 	Data    uintptr // address of element [0, 0, ...] (DLPack data + byte_offset)
 	Device  Device
