@@ -12,23 +12,36 @@ import (
 // all in one allocation, sized by the tensor's rank so that the common case
 // (up to 4 dimensions) stays in a 256-byte size class. The view points into
 // the struct (owner, dims), which keeps it alive.
+//
+// While the leak net is on (SetLeakReporter) the View is allocated apart:
+// the net's cleanup holds the Owner, and would keep a view in the same
+// allocation reachable, so a leaked view would never be found.
 type (
-	dlpackImport4 struct {
-		view  View
+	dlpackOwner4 struct {
 		owner Owner
 		h     dlpack.Handle
 		dims  [2 * 4]int64
 	}
-	dlpackImport8 struct {
-		view  View
+	dlpackOwner8 struct {
 		owner Owner
 		h     dlpack.Handle
 		dims  [2 * dlpack.InlineDims]int64
 	}
-	dlpackImportN struct { // more dimensions: shape and strides apart
-		view  View
+	dlpackOwnerN struct { // more dimensions: shape and strides apart
 		owner Owner
 		h     dlpack.Handle
+	}
+	dlpackImport4 struct {
+		view View
+		o    dlpackOwner4
+	}
+	dlpackImport8 struct {
+		view View
+		o    dlpackOwner8
+	}
+	dlpackImportN struct {
+		view View
+		o    dlpackOwnerN
 	}
 )
 
@@ -71,17 +84,36 @@ func fromDLPack(p unsafe.Pointer, legacy bool) (*View, error) {
 		h    *dlpack.Handle
 		dims []int64
 	)
+	split := leakReporter.Load() != nil
 	// The rank read here only sizes the allocation; Take validates it.
 	switch n := dlpack.PeekNDim(p, legacy); {
 	case n <= 4:
-		b := new(dlpackImport4)
-		v, o, h, dims = &b.view, &b.owner, &b.h, b.dims[:]
+		var ob *dlpackOwner4
+		if split {
+			v, ob = new(View), new(dlpackOwner4)
+		} else {
+			b := new(dlpackImport4)
+			v, ob = &b.view, &b.o
+		}
+		o, h, dims = &ob.owner, &ob.h, ob.dims[:]
 	case n <= dlpack.InlineDims:
-		b := new(dlpackImport8)
-		v, o, h, dims = &b.view, &b.owner, &b.h, b.dims[:]
+		var ob *dlpackOwner8
+		if split {
+			v, ob = new(View), new(dlpackOwner8)
+		} else {
+			b := new(dlpackImport8)
+			v, ob = &b.view, &b.o
+		}
+		o, h, dims = &ob.owner, &ob.h, ob.dims[:]
 	default:
-		b := new(dlpackImportN)
-		v, o, h = &b.view, &b.owner, &b.h
+		var ob *dlpackOwnerN
+		if split {
+			v, ob = new(View), new(dlpackOwnerN)
+		} else {
+			b := new(dlpackImportN)
+			v, ob = &b.view, &b.o
+		}
+		o, h = &ob.owner, &ob.h
 	}
 	var d dlpack.Desc
 	var err error

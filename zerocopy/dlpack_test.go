@@ -3,9 +3,11 @@ package zerocopy_test
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/dlbridge/dlbridge/dlpack"
@@ -477,4 +479,40 @@ func ExampleFromDLPackVersioned() {
 	fmt.Println(errors.As(err, &fe), fe.Field)
 	// Output:
 	// true dl_tensor.strides
+}
+
+// With the leak net on, an imported view dropped without Close is found by
+// the GC, reported, and its producer's deleter runs: the view must not share
+// an allocation with the Owner the net's cleanup holds.
+func TestFromDLPackLeakNet(t *testing.T) {
+	var mu sync.Mutex
+	var reports []zerocopy.LeakInfo
+	zerocopy.SetLeakReporter(func(l zerocopy.LeakInfo) {
+		mu.Lock()
+		reports = append(reports, l)
+		mu.Unlock()
+	})
+	defer zerocopy.SetLeakReporter(nil)
+	for _, shape := range [][]int64{{2, 3}, {1, 1, 1, 1, 2, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 2, 3}} {
+		strides := make([]int64, len(shape))
+		dlpack.FillCStrides(strides, shape)
+		pr := newDLPProducer(0x7f0000000100, shape, strides, 0)
+		func() {
+			if _, err := zerocopy.FromDLPackVersioned(pr.versioned()); err != nil { // dropped unclosed
+				t.Fatal(err)
+			}
+		}()
+		for i := 0; i < 50 && dlpCalls(pr.versioned()) == 0; i++ {
+			runtime.GC()
+			time.Sleep(time.Millisecond)
+		}
+		if n := dlpCalls(pr.versioned()); n != 1 {
+			t.Errorf("ndim %d: a leaked import's deleter ran %d times, want 1", len(shape), n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 3 || reports[0].Label != "dlpack import" {
+		t.Errorf("leak reports %v, want 3 for dlpack imports", reports)
+	}
 }
