@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"runtime"
 	"testing"
+	"unsafe"
 )
 
 // Benchmarks of the binding's hot paths. Against the fake they measure the
@@ -38,30 +40,47 @@ func BenchmarkRawDeviceAttribute(b *testing.B) {
 	}
 }
 
-// BenchmarkMemGetInfo is a context-bound call: it checks the thread's
-// current context first (one more driver call). Compare with
-// BenchmarkRawMemGetInfo, the same call with the context already current.
-func BenchmarkMemGetInfo(b *testing.B) {
+// BenchmarkCtxBound measures what making the context current costs a
+// context-bound call: cuCtxGetDevice through the binding that checks (and
+// if needed sets) the thread's context, against the bare binding on a
+// thread where the context is already current.
+func BenchmarkCtxBound(b *testing.B) {
 	c := benchCtx(b)
-	for b.Loop() {
-		if _, _, err := c.MemGetInfo(); err != nil {
-			b.Fatal(err)
+	other := benchOther(b)
+	// Sub-benchmarks run on goroutines of their own: each locks its thread
+	// and sets the context it needs.
+	onThread := func(b *testing.B, cur *Context, f func() Result) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		restore, err := cur.SetCurrent()
+		must(b, err)
+		defer restore()
+		for b.Loop() {
+			if r := f(); r != Success {
+				b.Fatal(r)
+			}
 		}
+	}
+	b.Run("bare", func(b *testing.B) {
+		onThread(b, c, func() Result { _, r := cuCtxGetDevice(); return r })
+	})
+	b.Run("ctx-checked", func(b *testing.B) {
+		onThread(b, c, func() Result { _, r := cuCtxGetDevice_ctx(c.h); return r })
+	})
+	if other != nil {
+		// A foreign context is current: set ours, call, restore theirs.
+		b.Run("ctx-switched", func(b *testing.B) {
+			onThread(b, other, func() Result { _, r := cuCtxGetDevice_ctx(c.h); return r })
+		})
 	}
 }
 
-func BenchmarkRawMemGetInfo(b *testing.B) {
-	c := benchCtx(b)
-	restore, err := c.SetCurrent()
-	must(b, err)
-	defer restore()
-	var free, total uint64
-	pf, pt := ptrOf(&free), ptrOf(&total)
-	for b.Loop() {
-		// The goroutine may move to a thread without the context; count
-		// only the successful calls' cost, which is what matters here.
-		cuMemGetInfo_v2(pf, pt)
+// benchOther retains device 1, or returns nil with one device.
+func benchOther(b *testing.B) *Context {
+	if n, _ := DeviceCount(); n < 2 {
+		return nil
 	}
+	return retain(b, 1)
 }
 
 func BenchmarkPointerGetAttributes(b *testing.B) {
@@ -74,6 +93,41 @@ func BenchmarkPointerGetAttributes(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkPointerGetAttributesParts takes PointerGetAttributes apart: the
+// bare binding on one buffer, with the buffer from the pool, and the whole
+// function.
+func BenchmarkPointerGetAttributesParts(b *testing.B) {
+	c := benchCtx(b)
+	p, err := c.MemAlloc(1 << 10)
+	must(b, err)
+	defer c.MemFree(p)
+	fixed := attrPool.New().(*attrBuf)
+	b.Run("binding", func(b *testing.B) {
+		for b.Loop() {
+			if r := cuPointerGetAttributes(uint32(numBatch), unsafe.Pointer(&fixed.attrs), unsafe.Pointer(fixed), uint64(p)); r != Success {
+				b.Fatal(r)
+			}
+		}
+	})
+	b.Run("binding+pool", func(b *testing.B) {
+		for b.Loop() {
+			x := attrPool.Get().(*attrBuf)
+			x.slots = [numBatch]uint64{}
+			if r := cuPointerGetAttributes(uint32(numBatch), unsafe.Pointer(&x.attrs), unsafe.Pointer(x), uint64(p)); r != Success {
+				b.Fatal(r)
+			}
+			attrPool.Put(x)
+		}
+	})
+	b.Run("PointerGetAttributes", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := PointerGetAttributes(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkPointerGetAttribute(b *testing.B) {

@@ -62,7 +62,7 @@ var table = []entry{
 	{name: "cuCtxSetCurrent", args: "hctx:h"},
 	{name: "cuCtxPushCurrent_v2", args: "hctx:h"},
 	{name: "cuCtxPopCurrent_v2", args: "pctx:p"},
-	{name: "cuCtxGetDevice", args: "dev:p"},
+	{name: "cuCtxGetDevice", args: "dev:w"},
 	{name: "cuCtxSynchronize", args: ""},
 	{name: "cuCtxEnablePeerAccess", args: "peer:h flags:u"},
 	{name: "cuCtxGetStreamPriorityRange", args: "least:p greatest:p"},

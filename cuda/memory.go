@@ -114,8 +114,11 @@ func checkDst(op string, dst DevicePtr, n int64) error {
 }
 
 // MemGetAddressRange returns the base and size of the allocation that
-// contains p (cuMemGetAddressRange_v2). It fails with ErrInvalidValue when
-// the driver knows no allocation there (freed memory, host memory, garbage).
+// contains p (cuMemGetAddressRange_v2). It fails (ErrNotFound or
+// ErrInvalidValue, as the driver answers) when the driver knows no device
+// allocation there: freed memory, pageable host memory, garbage. The real
+// driver wants a current context for this call; without one on the calling
+// thread it is retried with a context retained through this package.
 func MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
 	if err := load(); err != nil {
 		return 0, 0, err

@@ -386,23 +386,28 @@ static int dlb_cuCtxPopCurrent_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 	return dlb_cuCtxPopCurrent_v2_ctx(gc, sc, ctx, fn, pctx);
 }
 
-static int dlb_cuCtxGetDevice(uintptr_t fn, void* dev) {
-	return ((int (*)(void*))fn)(dev);
+static dlb_ret dlb_cuCtxGetDevice(uintptr_t fn) {
+	dlb_ret res = {0, 0, 0};
+	unsigned int o0 = 0;
+	res.r = ((int (*)(unsigned int*))fn)(&o0);
+	res.o0 = o0;
+	return res;
 }
-static int dlb_cuCtxGetDevice_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* dev) {
+static dlb_ret dlb_cuCtxGetDevice_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn) {
 	void* prev;
-	int r = dlb_enter(gc, sc, ctx, &prev);
-	if (r != 0) return r;
-	r = dlb_cuCtxGetDevice(fn, dev);
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuCtxGetDevice(fn);
 	dlb_leave(sc, prev);
-	return r;
+	return res;
 }
-static int dlb_cuCtxGetDevice_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* dev) {
+static dlb_ret dlb_cuCtxGetDevice_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn) {
 	if (direct) {
-		int r = dlb_cuCtxGetDevice(fn, dev);
-		if (r != 201) return r;
+		dlb_ret res = dlb_cuCtxGetDevice(fn);
+		if (res.r != 201) return res;
 	}
-	return dlb_cuCtxGetDevice_ctx(gc, sc, ctx, fn, dev);
+	return dlb_cuCtxGetDevice_ctx(gc, sc, ctx, fn);
 }
 
 static int dlb_cuCtxSynchronize(uintptr_t fn) {
@@ -1846,28 +1851,31 @@ func cuCtxPopCurrent_v2_auto(ctx uintptr, direct bool, pctx unsafe.Pointer) Resu
 	return Result(C.dlb_cuCtxPopCurrent_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), pctx))
 }
 
-func cuCtxGetDevice(dev unsafe.Pointer) Result {
+func cuCtxGetDevice() (uint64, Result) {
 	fn := fns[sym_cuCtxGetDevice]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuCtxGetDevice(C.uintptr_t(fn), dev))
+	res := C.dlb_cuCtxGetDevice(C.uintptr_t(fn))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuCtxGetDevice_ctx(ctx uintptr, dev unsafe.Pointer) Result {
+func cuCtxGetDevice_ctx(ctx uintptr) (uint64, Result) {
 	fn := fns[sym_cuCtxGetDevice]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuCtxGetDevice_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), dev))
+	res := C.dlb_cuCtxGetDevice_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn))
+	return uint64(res.o0), Result(res.r)
 }
 
-func cuCtxGetDevice_auto(ctx uintptr, direct bool, dev unsafe.Pointer) Result {
+func cuCtxGetDevice_auto(ctx uintptr, direct bool) (uint64, Result) {
 	fn := fns[sym_cuCtxGetDevice]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	return Result(C.dlb_cuCtxGetDevice_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), dev))
+	res := C.dlb_cuCtxGetDevice_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuCtxSynchronize() Result {

@@ -629,38 +629,40 @@ func cuCtxPopCurrent_v2_auto(ctx uintptr, direct bool, pctx unsafe.Pointer) Resu
 	return cuCtxPopCurrent_v2_ctx(ctx, pctx)
 }
 
-func cuCtxGetDevice(dev unsafe.Pointer) Result {
+func cuCtxGetDevice() (uint64, Result) {
 	fn := fns[sym_cuCtxGetDevice]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
-	r, _, _ := purego.SyscallN(fn, uintptr(dev))
-	return Result(int32(r))
+	var o0 uint32
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)))
+	return uint64(o0), Result(int32(r))
 }
 
-func cuCtxGetDevice_ctx(ctx uintptr, dev unsafe.Pointer) Result {
+func cuCtxGetDevice_ctx(ctx uintptr) (uint64, Result) {
 	fn := fns[sym_cuCtxGetDevice]
 	if fn == 0 {
-		return resultNoSymbol
+		return 0, resultNoSymbol
 	}
+	var o0 uint32
 	runtime.LockOSThread()
 	prev, r := enterCtx(ctx)
 	if r == Success {
-		r0, _, _ := purego.SyscallN(fn, uintptr(dev))
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)))
 		r = Result(int32(r0))
 		leaveCtx(prev)
 	}
 	runtime.UnlockOSThread()
-	return r
+	return uint64(o0), r
 }
 
-func cuCtxGetDevice_auto(ctx uintptr, direct bool, dev unsafe.Pointer) Result {
+func cuCtxGetDevice_auto(ctx uintptr, direct bool) (uint64, Result) {
 	if direct {
-		if r := cuCtxGetDevice(dev); r != ErrInvalidContext {
-			return r
+		if o0, r := cuCtxGetDevice(); r != ErrInvalidContext {
+			return o0, r
 		}
 	}
-	return cuCtxGetDevice_ctx(ctx, dev)
+	return cuCtxGetDevice_ctx(ctx)
 }
 
 func cuCtxSynchronize() Result {
