@@ -444,6 +444,7 @@ func ExampleView_ToDLPack() {
 		fmt.Println(err)
 		return
 	}
+	before := dlpack.LiveExports()
 	p, err := v.ToDLPack() // a DLManagedTensorVersioned* for C; its deleter releases the export
 	if err != nil {
 		fmt.Println(err)
@@ -459,10 +460,10 @@ func ExampleView_ToDLPack() {
 	x, _ := zerocopy.At[float32](w, 1, 2)
 	fmt.Println(w.DType(), w.Shape(), w.Ptr() == uintptr(unsafe.Pointer(&data[0])), x)
 	w.Close() // runs the export's deleter: the last reference goes
-	fmt.Println("live exports:", dlpack.LiveExports())
+	fmt.Println("exports still live:", dlpack.LiveExports()-before)
 	// Output:
 	// float32 [2 3] true 5
-	// live exports: 0
+	// exports still live: 0
 }
 
 // A producer's tensor that breaks the rules is refused with an error that
