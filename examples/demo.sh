@@ -10,17 +10,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
+GO=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
 if [ -z "${DLBRIDGE_LIB:-}" ]; then
   export DLBRIDGE_LIB="$root/build/libdlbridge.so"
-  if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
-    GO=$(command -v go || echo /usr/local/go/bin/go)
+  if [ -n "$GO" ]; then
     echo "building $DLBRIDGE_LIB"
     "$GO" build -buildmode=c-shared -o "$DLBRIDGE_LIB" ./pybridge/cmd/libdlbridge
-    "$GO" build -buildmode=c-shared -o "$root/build/libuserlib.so" ./examples/userlib
   elif [ ! -f "$DLBRIDGE_LIB" ]; then
     echo "demo: no Go toolchain to build $DLBRIDGE_LIB, and none is there; set DLBRIDGE_LIB" >&2
     exit 1
   fi
+fi
+userlib="$(dirname "$DLBRIDGE_LIB")/libuserlib.so"
+if [ -n "$GO" ] && [ -f examples/userlib/main.go ]; then
+  "$GO" build -buildmode=c-shared -o "$userlib" ./examples/userlib
 fi
 export PYTHONPATH="$root/pybridge/python${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -35,7 +38,6 @@ fi
 
 "$PYTHON" examples/demo.py
 
-userlib="$(dirname "$DLBRIDGE_LIB")/libuserlib.so"
 if [ -f "$userlib" ]; then
   echo
   echo "== A user's own Go function (examples/userlib), called on NumPy/PyTorch memory in place"
