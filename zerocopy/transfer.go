@@ -570,6 +570,9 @@ func (p *pipeline) split(i, b int, emit func(pipeTask)) int {
 
 func (p *pipeline) run() error {
 	x, k := p.x, len(p.r.bufs)
+	if len(p.ps) == 1 && p.split(0, 0, func(pipeTask) {}) == 1 {
+		return p.inline()
+	}
 	p.left = make([]atomic.Int32, len(p.ps))
 	p.free = make([]chan struct{}, k)
 	for b := range p.free {
@@ -609,6 +612,35 @@ func (p *pipeline) run() error {
 	close(p.tasks)
 	wg.Wait()
 	return p.failed()
+}
+
+// inline runs a transfer of one piece and one task on this goroutine: for
+// small transfers, waking workers would cost more than the copy.
+func (p *pipeline) inline() error {
+	x, ev := p.x, p.r.evs[0]
+	if err := ev.Synchronize(); err != nil { // the buffer's last DMA is done
+		return err
+	}
+	var t pipeTask
+	p.split(0, 0, func(tt pipeTask) { t = tt })
+	if p.h2d {
+		hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
+		if err := p.move(0, 0); err != nil {
+			return err
+		}
+		return ev.Record(x.s)
+	}
+	if err := p.move(0, 0); err != nil {
+		return err
+	}
+	if err := ev.Record(x.s); err != nil {
+		return err
+	}
+	if err := ev.Synchronize(); err != nil {
+		return err
+	}
+	hostCopy(t.shape, t.hp, p.host.strides, t.bp, t.bstrides, x.is)
+	return nil
 }
 
 // queue sets piece i's task count, then hands its tasks to the workers.
