@@ -253,3 +253,35 @@ def test_own_roundtrip_through_dlpack(stats):
     after = stats()
     assert after["live_exports"] == before["live_exports"]
     assert after["deleter_calls"] == before["deleter_calls"] + 1
+
+
+def test_threads_share_tensors(stats):
+    import threading
+
+    before = stats()
+    base = dlbridge.zeros((64,), dtype="int64")
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(300):
+                v = base[k::8]
+                u = dlbridge.from_dlpack(v.__dlpack__(max_version=(1, 0)))
+                u.fill_(k)
+                assert u.sum() == 8 * k
+                u.close()
+                v.close()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert base.sum() == 8 * sum(range(8))
+    base.close()
+    s = stats()
+    assert s["live_tensors"] == before["live_tensors"]
+    assert s["live_exports"] == before["live_exports"]
