@@ -75,4 +75,5 @@ void dlb_call_deleter(void *mt, int versioned);
 // bytes, zeroed when zero is set, or NULL.
 void *dlb_alloc_host(size_t n, int zero);
 void dlb_free_host(void *p);
+
 #endif

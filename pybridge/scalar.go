@@ -124,7 +124,7 @@ func codecOf(t dlpack.DataType) (codec, error) {
 	return codec{dtype: t, size: int64(t.ItemSize())}, nil
 }
 
-// isFloatLike reports whether sums of this dtype are floating point.
+// kind is the kind of Scalar that sums of this dtype give.
 func (c codec) kind() ScalarKind {
 	switch c.dtype.Code {
 	case dlpack.Int, dlpack.Bool:

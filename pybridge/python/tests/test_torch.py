@@ -122,3 +122,19 @@ def test_roundtrip_torch_go_torch():
     assert y.data_ptr() == x.data_ptr()
     y[0] = 100
     assert x[0].item() == 100
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_float8_where_torch_has_it(dtype):
+    tdt = getattr(torch, dtype, None)
+    if tdt is None:
+        pytest.skip("torch %s has no %s" % (torch.__version__, dtype))
+    t = dlbridge.zeros(4, dtype=dtype)
+    try:
+        x = torch.from_dlpack(t)
+    except (RuntimeError, BufferError, TypeError) as e:
+        pytest.skip("torch %s takes no %s through DLPack: %s" % (torch.__version__, dtype, e))
+    assert x.dtype == tdt and x.data_ptr() == t.data_ptr()
+    x.fill_(1.0)
+    back = dlbridge.from_dlpack(x)
+    assert back.dtype == dtype and back.data_ptr() == t.data_ptr()
