@@ -483,17 +483,14 @@ func applyIndex(v *zerocopy.View, items []C.dlb_index_item) (*zerocopy.View, err
 			return fail(pybridge.Errorf(pybridge.TypeError, "dlbridge: index item %d has unknown kind %d", k, int(it.kind)))
 		}
 	}
-	if !owned { // t[()] or t[...]: a new view of the same memory
-		nv, err := cur.Slice(0, zerocopy.Omit, zerocopy.Omit, 1)
-		if cur.NDim() == 0 {
-			nv, err = cur.Reshape()
-		}
-		if err != nil {
-			return nil, err
-		}
-		return nv, nil
+	if owned {
+		return cur, nil
 	}
-	return cur, nil
+	// t[()] or t[...]: a new view of the same memory.
+	if cur.NDim() == 0 {
+		return cur.Reshape()
+	}
+	return cur.Slice(0, zerocopy.Omit, zerocopy.Omit, 1)
 }
 
 //export dlb_permute
