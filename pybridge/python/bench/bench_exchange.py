@@ -15,15 +15,35 @@ import timeit
 import dlbridge
 
 
-def best_us(fn, number=20000, repeat=7):
-    fn()  # warm up
+def calibrate(fn, target_s=0.01):
+    """How many calls take about target_s."""
+    n = 1
+    while True:
+        t = timeit.timeit(fn, number=n)
+        if t >= target_s / 10 or n >= 1 << 20:
+            return max(1, int(n * target_s / max(t, 1e-9)))
+        n *= 10
+
+
+def measure(cases, repeat=9):
+    """Per-call microseconds of each case: the best of `repeat` rounds, the
+    cases interleaved within each round so that peers and ours see the same
+    machine state (frequency, other load)."""
+    numbers = []
+    for _, fn in cases:
+        fn()  # warm up
+        numbers.append(calibrate(fn))
+    best = [float("inf")] * len(cases)
     gc.collect()
     gc.disable()
     try:
-        times = timeit.repeat(fn, number=number, repeat=repeat)
+        for _ in range(repeat):
+            for i, (_, fn) in enumerate(cases):
+                t = timeit.timeit(fn, number=numbers[i]) / numbers[i] * 1e6
+                best[i] = min(best[i], t)
     finally:
         gc.enable()
-    return min(times) / number * 1e6
+    return best
 
 
 def optional(name):
@@ -42,13 +62,10 @@ def main():
     np = optional("numpy")
     torch = optional("torch")
     cupy = optional("cupy") if dlbridge.cuda_available() else None
-    rows = []  # (name, microseconds)
-    t = {}
+    cases = []  # (name, fn)
 
-    def run(name, fn, number=20000):
-        us = best_us(fn, number=number)
-        t[name] = us
-        rows.append((name, us))
+    def run(name, fn):
+        cases.append((name, fn))
 
     host = dlbridge.arange(1024, dtype="float32")
     run("dlbridge: t.__dlpack__() + capsule drop", lambda: host.__dlpack__(max_version=(1, 3)))
@@ -68,27 +85,30 @@ def main():
         dev = dlbridge.arange(1 << 16, dtype="float32", device="cuda")
         if torch is not None and torch.cuda.is_available():
             x = torch.arange(1 << 16, dtype=torch.float32, device="cuda")
-            run("torch.from_dlpack(torch cuda)", lambda: torch.from_dlpack(x), 5000)
+            run("torch.from_dlpack(torch cuda)", lambda: torch.from_dlpack(x))
             # What torch.from_dlpack spends on its own, whatever the producer:
-            run("  torch.cuda.current_stream('cuda:0') alone", lambda: torch.cuda.current_stream("cuda:0"), 5000)
+            run("  torch.cuda.current_stream('cuda:0') alone", lambda: torch.cuda.current_stream("cuda:0"))
             run("  dlbridge cuda: __dlpack_device__ + __dlpack__",
-                lambda: (dev.__dlpack_device__(), dev.__dlpack__(stream=1, max_version=(1, 0))), 5000)
-            run("torch.from_dlpack(dlbridge cuda)", lambda: torch.from_dlpack(dev), 5000)
-            run("dlbridge.from_dlpack(torch cuda)", lambda: dlbridge.from_dlpack(x), 5000)
-            run("dlbridge.asarray(torch cuda, CAI)", lambda: dlbridge.asarray(CAIOnly(x)), 5000)
-            run("torch.as_tensor(dlbridge cuda, CAI)", lambda: torch.as_tensor(dev, device="cuda"), 5000)
+                lambda: (dev.__dlpack_device__(), dev.__dlpack__(stream=1, max_version=(1, 0))))
+            run("torch.from_dlpack(dlbridge cuda)", lambda: torch.from_dlpack(dev))
+            run("dlbridge.from_dlpack(torch cuda)", lambda: dlbridge.from_dlpack(x))
+            run("dlbridge.asarray(torch cuda, CAI)", lambda: dlbridge.asarray(CAIOnly(x)))
+            run("torch.as_tensor(dlbridge cuda, CAI)", lambda: torch.as_tensor(dev, device="cuda"))
         if cupy is not None:
             y = cupy.arange(1 << 16, dtype=cupy.float32)
-            run("cupy.from_dlpack(dlbridge cuda)", lambda: cupy.from_dlpack(dev), 5000)
-            run("cupy.asarray(dlbridge cuda, CAI)", lambda: cupy.asarray(dev), 5000)
-            run("dlbridge.from_dlpack(cupy)", lambda: dlbridge.from_dlpack(y), 5000)
+            run("cupy.from_dlpack(dlbridge cuda)", lambda: cupy.from_dlpack(dev))
+            run("cupy.asarray(dlbridge cuda, CAI)", lambda: cupy.asarray(dev))
+            run("dlbridge.from_dlpack(cupy)", lambda: dlbridge.from_dlpack(y))
             if torch is not None and torch.cuda.is_available():
-                run("torch.from_dlpack(cupy)", lambda: torch.from_dlpack(y), 5000)
-                run("cupy.from_dlpack(torch)", lambda: cupy.from_dlpack(x), 5000)
-                run("cupy.asarray(torch, CAI)", lambda: cupy.asarray(x), 5000)
-                run("torch.as_tensor(cupy, CAI)", lambda: torch.as_tensor(y, device="cuda"), 5000)
+                run("torch.from_dlpack(cupy)", lambda: torch.from_dlpack(y))
+                run("cupy.from_dlpack(torch)", lambda: cupy.from_dlpack(x))
+                run("cupy.asarray(torch, CAI)", lambda: cupy.asarray(x))
+                run("torch.as_tensor(cupy, CAI)", lambda: torch.as_tensor(y, device="cuda"))
 
     mode = "CPython fast path" if dlbridge.fast_path else "pure ctypes (DLBRIDGE_NO_FASTPATH=1)"
+    times = measure(cases)
+    rows = list(zip([n for n, _ in cases], times))
+    t = dict(rows)
     print("dlbridge %s (%s), Python %s, library %s" % (dlbridge.__version__, mode, sys.version.split()[0], dlbridge.library_path))
     for mod in (np, torch, cupy):
         if mod is not None:
