@@ -21,6 +21,8 @@ done
 # The c-shared library and the Python package exactly as the README builds them.
 make -s lib
 cp build/libdlbridge.so "$G/"
+# A user's own c-shared library that ships dlbridge's ABI beside its functions.
+[ -d examples/userlib ] && go build -buildmode=c-shared -ldflags="-s -w" -o "$G/libuserlib.so" ./examples/userlib
 cp -r pybridge/python/. "$G/py/"
 find "$G/py" -name __pycache__ -prune -exec rm -rf {} +
 # C baselines compiled on the device with nvcc.

@@ -28,12 +28,13 @@ if has bench; then
 fi
 if has bw; then
   {
-    if [ -d $G/cuda-src ]; then
-      for f in $G/cuda-src/*.cu; do nvcc -O2 -o /tmp/$(basename "$f" .cu) "$f" && /tmp/$(basename "$f" .cu); done
+    base=""
+    if [ -f $G/cuda-src/memcpy_bw.cu ]; then
+      nvcc -O2 -o /tmp/memcpy_bw $G/cuda-src/memcpy_bw.cu && /tmp/memcpy_bw > "$OUT/baseline.tsv" && base="-baseline $OUT/baseline.tsv"
     fi
-    [ -x $G/bin/dlbridge ] && { $G/bin/dlbridge devices; timeout 300 $G/bin/dlbridge bandwidth -svg "$OUT/bandwidth.svg"; $G/bin/dlbridge selftest; }
+    [ -x $G/bin/dlbridge ] && { $G/bin/dlbridge devices; timeout 300 $G/bin/dlbridge bandwidth $base -svg "$OUT/bandwidth.svg" -tsv "$OUT/bandwidth.tsv" 2>/dev/null; $G/bin/dlbridge selftest; }
   } > "$OUT/bw.log" 2>&1
-  tail -60 "$OUT/bw.log"
+  tail -45 "$OUT/bw.log"
 fi
 if has demo; then
   [ -d $G/examples ] && DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 120 bash $G/examples/demo.sh > "$OUT/demo.log" 2>&1
