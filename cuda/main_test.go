@@ -4,18 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"unsafe"
 
+	"github.com/dlbridge/dlbridge/internal/fakecuda"
 	"github.com/ebitengine/purego"
 )
 
-// The tests run against the fake driver of testdata/fakecuda, built here
-// with gcc, so the real binding code (purego, or cgo trampolines) runs in
-// CI. With DLBRIDGE_GPU=1 they run against the real libcuda.so.1 instead,
+// The tests run against the fake driver of testdata/fakecuda, built with
+// gcc by internal/fakecuda (cached by content hash in the temp directory),
+// so the real binding code (purego, or cgo trampolines) runs in CI. With DLBRIDGE_GPU=1 they run against the real libcuda.so.1 instead,
 // plus the GPU-only tests; fake-only tests (error injection, call counts)
 // skip there.
 
@@ -36,25 +35,17 @@ func runMain(m *testing.M) int {
 	if os.Getenv(envSubprocess) != "" || gpuMode {
 		return m.Run()
 	}
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		noDriverBy = "gcc not found: cannot build the fake driver of testdata/fakecuda (install gcc, or run on a GPU with DLBRIDGE_GPU=1)"
+	lib, err := fakecuda.Build()
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		noDriverBy = err.Error()
 		fmt.Fprintln(os.Stderr, "cuda tests:", noDriverBy)
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "fakecuda")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintf(os.Stderr, "building the fake driver: %v\n", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	fakePath = filepath.Join(dir, "libcuda.so.1")
-	cmd := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", fakePath,
-		filepath.Join("..", "testdata", "fakecuda", "fakecuda.c"), "-lpthread")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the fake driver: %v\n%s", err, out)
-		return 1
-	}
+	fakePath = lib
 	os.Setenv(EnvLibrary, fakePath)
 	if os.Getenv("FAKECUDA_DEVICES") == "" {
 		os.Setenv("FAKECUDA_DEVICES", "2")

@@ -1,24 +1,20 @@
 package zerocopy_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"unsafe"
 
 	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/internal/fakecuda"
 	"github.com/ebitengine/purego"
 )
 
 // The CUDA tests of this package run against the fake driver of
-// testdata/fakecuda (built here with gcc, cached by content hash in the
-// temp directory) unless DLBRIDGE_GPU=1 (the GPU machine: the real driver)
-// or DLBRIDGE_LIBCUDA names a driver already. The driver is loaded once per
+// testdata/fakecuda (built with gcc by internal/fakecuda, cached by content
+// hash in the temp directory) unless DLBRIDGE_GPU=1 (the GPU machine: the
+// real driver) or DLBRIDGE_LIBCUDA names a driver already. The driver is loaded once per
 // process, so the choice is made in init, before any test runs.
 var (
 	fakeLib string // path of the fake driver in use, "" for a real one
@@ -32,42 +28,13 @@ func init() {
 	if os.Getenv("DLBRIDGE_GPU") == "1" || os.Getenv(cuda.EnvLibrary) != "" {
 		return
 	}
-	fakeLib, fakeErr = buildFakeCUDA()
+	fakeLib, fakeErr = fakecuda.Build()
 	if fakeErr != nil {
 		fakeLib = ""
 		return
 	}
 	os.Setenv(cuda.EnvLibrary, fakeLib)
 	os.Setenv("FAKECUDA_DEVICES", fakeDevices)
-}
-
-// buildFakeCUDA compiles testdata/fakecuda/fakecuda.c into a shared library.
-func buildFakeCUDA() (string, error) {
-	src := filepath.Join("..", "testdata", "fakecuda", "fakecuda.c")
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	dir := filepath.Join(os.TempDir(), "dlbridge-fakecuda-"+hex.EncodeToString(sum[:8]))
-	lib := filepath.Join(dir, "libcuda.so.1")
-	if _, err := os.Stat(lib); err == nil {
-		return lib, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(dir, "build-*.so")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", tmp.Name(), src, "-lpthread").CombinedOutput()
-	if err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("gcc: %v\n%s", err, out)
-	}
-	return lib, os.Rename(tmp.Name(), lib) // atomic: concurrent builders agree
 }
 
 // needCUDA skips t when no driver (fake or real) is usable.

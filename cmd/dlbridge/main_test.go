@@ -2,10 +2,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/xml"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlbridge/dlbridge/internal/fakecuda"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -53,44 +51,17 @@ var fake struct {
 	err error
 }
 
-// fakeDriver builds testdata/fakecuda/fakecuda.c once (cached in the temp
-// directory by content hash, as zerocopy's tests do) or skips the test.
+// fakeDriver builds testdata/fakecuda/fakecuda.c once (internal/fakecuda
+// caches it in the temp directory by content hash) or skips the test.
 func fakeDriver(t *testing.T) string {
 	t.Helper()
 	if fake.lib == "" && fake.err == nil {
-		fake.lib, fake.err = buildFake()
+		fake.lib, fake.err = fakecuda.Build()
 	}
 	if fake.err != nil {
 		t.Skipf("fake CUDA driver unavailable: %v", fake.err)
 	}
 	return fake.lib
-}
-
-func buildFake() (string, error) {
-	src := filepath.Join("..", "..", "testdata", "fakecuda", "fakecuda.c")
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	dir := filepath.Join(os.TempDir(), "dlbridge-fakecuda-"+hex.EncodeToString(sum[:8]))
-	lib := filepath.Join(dir, "libcuda.so.1")
-	if _, err := os.Stat(lib); err == nil {
-		return lib, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(dir, "build-*.so")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", tmp.Name(), src, "-lpthread").CombinedOutput(); err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("gcc: %v\n%s", err, out)
-	}
-	return lib, os.Rename(tmp.Name(), lib)
 }
 
 func TestNoDriver(t *testing.T) {
