@@ -24,14 +24,29 @@ func (f ReleaseFunc) Release() { f() }
 
 // Owner keeps memory alive for the views over it. It is reference counted:
 // NewOwner starts at one reference; Retain adds one; Release drops one and the
-// last drop runs the Releaser exactly once. Retain after the last Release and
-// a Release past zero return ErrReleased and never run the Releaser again.
+// last drop runs the functions registered with OnRelease, then the Releaser,
+// exactly once. Retain after the last Release and a Release past zero return
+// ErrReleased and never run the Releaser again.
 type Owner struct {
 	refs     atomic.Int64
 	released atomic.Bool
-	rel      Releaser
-	label    string
+	// hooks is the OnRelease list, newest first; releasedHooks once the
+	// last release took it. A lock-free list keeps Owner small (importers
+	// embed one per tensor) and costs nothing when no hook is registered.
+	hooks atomic.Pointer[hook]
+	rel   Releaser
+	label string
 }
+
+// hook is one OnRelease function in an Owner's list.
+type hook struct {
+	f    func()
+	next *hook
+}
+
+// releasedHooks marks an owner's hook list as taken by the last release: no
+// hook can be added after it.
+var releasedHooks = new(hook)
 
 // NewOwner returns an owner with one reference whose last release calls r
 // (r may be nil: nothing to free, as for a NULL DLPack deleter).
@@ -47,6 +62,7 @@ func NewOwner(r Releaser, label string) *Owner {
 func (o *Owner) Init(r Releaser, label string) {
 	o.rel, o.label = r, label
 	o.released.Store(false)
+	o.hooks.Store(nil)
 	o.refs.Store(1)
 }
 
@@ -74,10 +90,40 @@ func (o *Owner) Release() error {
 		}
 		if o.refs.CompareAndSwap(n, n-1) {
 			if n == 1 && o.released.CompareAndSwap(false, true) {
+				for h := o.hooks.Swap(releasedHooks); h != nil && h != releasedHooks; h = h.next {
+					h.f()
+				}
 				if o.rel != nil {
 					o.rel.Release()
 				}
 			}
+			return nil
+		}
+	}
+}
+
+// OnRelease registers f to run once when the last reference is dropped, in
+// the goroutine (or foreign thread) that drops it, just before the Releaser:
+// for work that must happen while the memory is still valid, such as
+// unregistering page-locked memory. Functions run newest first, like
+// deferred calls. OnRelease fails with ErrReleased (and f never runs) if the
+// owner has already released; a caller holding a reference never sees that.
+// It is safe to call concurrently with Retain, Release and itself.
+func (o *Owner) OnRelease(f func()) error {
+	if f == nil {
+		return fmt.Errorf("zerocopy: OnRelease of %s: nil function", o.label)
+	}
+	n := &hook{f: f}
+	for {
+		h := o.hooks.Load()
+		// The last release swaps in releasedHooks only after the count
+		// reaches zero. Refusing at a zero count too gives the same answer
+		// whichever side of that swap this call lands on.
+		if h == releasedHooks || o.refs.Load() <= 0 {
+			return fmt.Errorf("%w: OnRelease on %s", ErrReleased, o.label)
+		}
+		n.next = h
+		if o.hooks.CompareAndSwap(h, n) {
 			return nil
 		}
 	}

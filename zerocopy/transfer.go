@@ -1,6 +1,7 @@
 package zerocopy
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -770,21 +771,6 @@ func registeredSpan(a, b uintptr) bool {
 
 func isRegisteredHere(p uintptr) bool { return registeredSpan(p, p) }
 
-// unregisterThen unregisters memory before the owner's own release frees it.
-type unregisterThen struct {
-	r    *registration
-	next Releaser
-}
-
-func (u *unregisterThen) Release() {
-	if err := unregister(u.r); err != nil {
-		reportCUDAError(err)
-	}
-	if u.next != nil {
-		u.next.Release()
-	}
-}
-
 func unregister(r *registration) error {
 	regs.mu.Lock()
 	if r.done {
@@ -831,12 +817,16 @@ func registerView(v *View, d *devState) error {
 	i := sort.Search(len(regs.list), func(i int) bool { return regs.list[i].start >= a })
 	regs.list = slices.Insert(regs.list, i, r)
 	regs.n.Store(int32(len(regs.list)))
-	// Chain the unregistering before the owner's release. Every writer of
-	// o.rel after construction holds regs.mu and a reference, and the
-	// release reads it only after the last reference is dropped (an atomic
-	// that orders this write before that read).
-	v.owner.rel = &unregisterThen{r: r, next: v.owner.rel}
 	regs.mu.Unlock()
+	// Unregister just before the owner's release frees the memory. The
+	// reference held above means OnRelease cannot fail; if it did, undo.
+	if err := v.owner.OnRelease(func() {
+		if err := unregister(r); err != nil {
+			reportCUDAError(err)
+		}
+	}); err != nil {
+		return errors.Join(err, unregister(r))
+	}
 	return nil
 }
 

@@ -1,0 +1,137 @@
+package zerocopy_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/dlbridge/dlbridge/zerocopy"
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestOnReleaseOrder: hooks run newest first, before the Releaser, once, on
+// the last release only.
+func TestOnReleaseOrder(t *testing.T) {
+	var got []string
+	o := zerocopy.NewOwner(zerocopy.ReleaseFunc(func() { got = append(got, "releaser") }), "test")
+	for _, name := range []string{"first", "second", "third"} {
+		if err := o.OnRelease(func() { got = append(got, name) }); err != nil {
+			t.Fatalf("OnRelease(%s): %v", name, err)
+		}
+	}
+	if err := o.Retain(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("hooks ran before the last release: %v", got)
+	}
+	if err := o.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Release(); !errors.Is(err, zerocopy.ErrReleased) {
+		t.Fatalf("extra Release: %v, want ErrReleased", err)
+	}
+	want := []string{"third", "second", "first", "releaser"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("run order (-want +got):\n%s", diff)
+	}
+}
+
+// TestOnReleaseAfterRelease: registering on a released owner fails and the
+// function never runs; a nil function is refused.
+func TestOnReleaseAfterRelease(t *testing.T) {
+	o := zerocopy.NewOwner(nil, "gone")
+	if err := o.OnRelease(nil); err == nil {
+		t.Error("OnRelease(nil) succeeded")
+	}
+	if err := o.Release(); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if err := o.OnRelease(func() { ran = true }); !errors.Is(err, zerocopy.ErrReleased) {
+		t.Fatalf("OnRelease after release: %v, want ErrReleased", err)
+	}
+	if ran {
+		t.Error("hook registered after release ran")
+	}
+}
+
+// TestOnReleaseInit: Init clears the hooks of an owner that was released.
+func TestOnReleaseInit(t *testing.T) {
+	var o zerocopy.Owner
+	o.Init(nil, "embedded")
+	n := 0
+	if err := o.OnRelease(func() { n++ }); err != nil {
+		t.Fatal(err)
+	}
+	o.Release()
+	o.Init(nil, "again")
+	if err := o.OnRelease(func() { n += 10 }); err != nil {
+		t.Fatalf("OnRelease after Init: %v", err)
+	}
+	o.Release()
+	if n != 11 {
+		t.Errorf("hooks ran to %d, want 11 (each once)", n)
+	}
+}
+
+// TestOnReleaseConcurrent races registrations against the last release:
+// every registration that succeeded runs exactly once, before the Releaser,
+// and every one that failed never runs.
+func TestOnReleaseConcurrent(t *testing.T) {
+	const rounds, workers = 200, 8
+	for round := range rounds {
+		var released atomic.Bool
+		var late atomic.Int32 // hooks that ran after the Releaser
+		o := zerocopy.NewOwner(zerocopy.ReleaseFunc(func() { released.Store(true) }), "race")
+		runs := make([]atomic.Int32, workers)
+		ok := make([]bool, workers)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range workers {
+			wg.Go(func() {
+				<-start
+				ok[i] = o.OnRelease(func() {
+					if released.Load() {
+						late.Add(1)
+					}
+					runs[i].Add(1)
+				}) == nil
+			})
+		}
+		wg.Go(func() {
+			<-start
+			o.Release()
+		})
+		close(start)
+		wg.Wait()
+		for i := range workers {
+			want := int32(0)
+			if ok[i] {
+				want = 1
+			}
+			if got := runs[i].Load(); got != want {
+				t.Fatalf("round %d, worker %d: registered=%v, ran %d times", round, i, ok[i], got)
+			}
+		}
+		if late.Load() != 0 || !released.Load() {
+			t.Fatalf("round %d: %d hooks ran after the Releaser; released=%v", round, late.Load(), released.Load())
+		}
+	}
+}
+
+// ExampleOwner_OnRelease attaches clean-up that must run while the memory
+// is still valid: before the Releaser frees it.
+func ExampleOwner_OnRelease() {
+	o := zerocopy.NewOwner(zerocopy.ReleaseFunc(func() { fmt.Println("free the memory") }), "buffer")
+	o.OnRelease(func() { fmt.Println("unregister the memory") })
+	o.Release()
+	// Output:
+	// unregister the memory
+	// free the memory
+}
