@@ -1114,3 +1114,85 @@ func TestStreamOrdering(t *testing.T) {
 		t.Logf("without the wait: %d of %d words stale, as expected", stale, n)
 	}
 }
+
+// TestEventReuseAcrossStreams: one event recorded on A and waited for by B,
+// then recorded again on C and waited for by D. Each wait orders after the
+// record that was current when the wait was queued (CUDA semantics), so B
+// sees A's write and D sees C's, whichever of B and D is synchronized
+// first. (The fake once drained the event's latest stream at wait time, C,
+// and let B's copy read stale memory.)
+func TestEventReuseAcrossStreams(t *testing.T) {
+	needDriver(t)
+	c := retain(t, 0)
+	k, err := c.LoadKernels()
+	must(t, err)
+	defer k.Unload()
+	const n = 1 << 16
+	const spin = 20 * time.Millisecond // on a GPU: long enough for an unordered read to win
+	stream := func() *Stream {
+		s, err := c.NewStream(StreamNonBlocking, 0)
+		must(t, err)
+		t.Cleanup(func() { s.Destroy() })
+		return s
+	}
+	a, b, cs, d := stream(), stream(), stream(), stream()
+	ev, err := c.NewEvent(0)
+	must(t, err)
+	defer ev.Destroy()
+	pa, err := c.MemAlloc(4 * n)
+	must(t, err)
+	defer c.MemFree(pa)
+	pc, err := c.MemAlloc(4 * n)
+	must(t, err)
+	defer c.MemFree(pc)
+	hb, err := c.MemAllocHost(4*n, 0)
+	must(t, err)
+	defer hb.Free()
+	hd, err := c.MemAllocHost(4*n, 0)
+	must(t, err)
+	defer hd.Free()
+
+	for _, tc := range []struct {
+		name   string
+		syncBD bool // synchronize B before D
+	}{{"B first", true}, {"D first", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			must(t, c.MemsetD32(pa, 0, n))
+			must(t, c.MemsetD32(pc, 0, n))
+			must(t, c.Synchronize())
+			must(t, k.SpinThenWrite(a, pa, n, 0xA, spin))
+			must(t, ev.Record(a))
+			must(t, b.WaitEvent(ev))
+			must(t, b.MemcpyDtoHAsync(hb.Bytes(), pa))
+			// Reuse the event: legal once the wait above is queued.
+			must(t, k.SpinThenWrite(cs, pc, n, 0xC, spin))
+			must(t, ev.Record(cs))
+			must(t, d.WaitEvent(ev))
+			must(t, d.MemcpyDtoHAsync(hd.Bytes(), pc))
+			if tc.syncBD {
+				must(t, b.Synchronize())
+				must(t, d.Synchronize())
+			} else {
+				must(t, d.Synchronize())
+				must(t, b.Synchronize())
+			}
+			for _, chk := range []struct {
+				name string
+				h    *HostMem
+				want uint32
+			}{{"B (waited for A)", hb, 0xA}, {"D (waited for C)", hd, 0xC}} {
+				stale := 0
+				for _, w := range unsafe.Slice((*uint32)(chk.h.Ptr()), n) {
+					if w != chk.want {
+						stale++
+					}
+				}
+				if stale != 0 {
+					t.Errorf("%s: %d of %d words stale", chk.name, stale, n)
+				}
+			}
+			must(t, a.Synchronize())
+			must(t, cs.Synchronize())
+		})
+	}
+}

@@ -83,7 +83,12 @@ func (d *devState) defaultStream() (*cuda.Stream, error) {
 // (no timing), making it on first use. One event per stream: recording it
 // again on the same stream only moves the mark later, so a wait queued
 // before and a record made after never confuse each other, whatever the
-// driver does with re-recorded events.
+// driver does with re-recorded events. CUDA itself needs no more than one
+// event per device here (a wait orders after the record current when it is
+// queued, and evmu keeps each record and its wait together); the per-stream
+// events guarded against the fake driver of testdata/fakecuda, which until
+// it was fixed drained the event's latest record's stream instead. They
+// are harmless and stay.
 func (d *devState) eventFor(h uintptr) (*cuda.Event, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -27,7 +27,8 @@
  *   - Streams are ordered queues. Work queued on a created stream runs
  *     only when something waits for it: cuStreamSynchronize, cuCtxSynchronize,
  *     cuEventSynchronize of an event recorded on it, a stream that waits
- *     (cuStreamWaitEvent) for such an event when that wait executes, the
+ *     (cuStreamWaitEvent) for such an event when that wait executes (for
+ *     the record current when the wait was queued, as in CUDA), the
  *     legacy default stream (which first drains every blocking stream of
  *     its context), or cuStreamQuery/cuEventQuery, each of which runs one
  *     queued operation and answers CUDA_ERROR_NOT_READY while work was
@@ -173,6 +174,7 @@ typedef struct op {
     int kernel;
     unsigned long long params[MAXPARAMS];
     unsigned long long ev_id, gen;
+    unsigned long long rec_stream; /* OP_WAIT: the stream of the awaited record */
     fctx *ctx;
 } op;
 
@@ -375,12 +377,31 @@ static void drain(fstream *s) {
     while (s->head) step(s);
 }
 
-/* drain_event runs e's stream until the record of generation gen executed. */
+/* drain_event runs e's stream until the record of generation gen executed
+ * (for cuEventSynchronize/Query: they wait for the latest record). */
 static void drain_event(fevent *e, unsigned long long gen) {
     while (e->done_gen < gen) {
         fstream *s = stream_by_id(e->stream_id);
         if (!s || !s->head) { e->done_gen = gen; return; }
         step(s);
+    }
+}
+
+/* drain_record runs stream sid until the record of event ev_id, generation
+ * gen, queued on it has executed (nothing to do if it already has, or if the
+ * stream is gone: destroying a stream drains it). A wait drains the stream
+ * and record captured when it was queued, not the event's latest record: an
+ * event may be recorded again, elsewhere, before the wait executes. */
+static void drain_record(unsigned long long sid, unsigned long long ev_id, unsigned long long gen) {
+    fstream *s = stream_by_id(sid);
+    if (!s) return;
+    const op *rec = s->head;
+    while (rec && !(rec->type == OP_RECORD && rec->ev_id == ev_id && rec->gen == gen)) rec = rec->next;
+    if (!rec) return;
+    for (;;) {
+        int last = s->head == rec; /* step frees the op: compare first */
+        step(s);
+        if (last) return;
     }
 }
 
@@ -628,11 +649,9 @@ static int exec_op(op *o) {
         }
         return 0;
     }
-    case OP_WAIT: {
-        fevent *e = event_by_id(o->ev_id);
-        if (e) drain_event(e, o->gen);
+    case OP_WAIT:
+        drain_record(o->rec_stream, o->ev_id, o->gen);
         return 0;
-    }
     case OP_FREE: {
         alloc *a = find_alloc(o->dst);
         if (a && a->base == o->dst) del_alloc(a);
@@ -1342,6 +1361,7 @@ EXPORT CUresult cuStreamWaitEvent(void *h, void *ev, unsigned int flags) {
     op *o = new_op(OP_WAIT);
     o->ev_id = e->id;
     o->gen = e->rec_gen;
+    o->rec_stream = e->stream_id; /* the record current now, wherever e goes next */
     submit(s, c, o);
     RETURN(0);
 }
