@@ -37,6 +37,51 @@
 // describe a view as the Python dictionaries, and FromCAI makes a view of
 // one. Device memory is copied with CopyCUDA.
 //
+// # CUDA memory
+//
+// With a CUDA driver (package cuda loads it at run time; without one these
+// calls fail with an error matching cuda.ErrNoDriver), AllocCUDA and
+// AllocCUDAAsync make views over fresh device memory, freed when the last
+// view is closed. CopyCUDA, or a Copier for control, copies between any two
+// of pageable host, pinned host, device and managed memory, any strides on
+// either side. Pageable host memory takes one of three transfer paths:
+// PathDirect hands it to the driver as it is, PathStaged goes through the
+// Copier's ring of pinned buffers, PathRegistered page-locks a buffer that
+// is transferred again and again (until its owner releases it); PathAuto,
+// the default, chooses by size and history, and Copier.CopyVia forces one
+// and reports the path taken. VerifyCUDA checks that a view's byte span
+// lies inside one allocation the driver knows, of the kind and device the
+// view claims; ClassifyPointer says what the driver thinks a pointer is.
+//
+// Work is ordered by streams, never by synchronizing the device. A view
+// remembers the stream of its last pending write (View.Stream, SetStream);
+// a copy makes its stream wait for the pending writes of both sides with
+// an event, and leaves the destination pending on its own stream. Host code
+// calls View.Synchronize before it reads pinned or managed memory that a
+// copy wrote.
+//
+//	dev, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 2, 3)
+//	if err != nil { ... } // errors.Is(err, cuda.ErrNoDriver): no GPU here
+//	defer dev.Close()
+//	if err := zerocopy.CopyCUDA(dev, m, nil); err != nil { ... } // m from above: host to device
+//	back, _ := zerocopy.FromSlice(make([]float32, 6), 2, 3)
+//	defer back.Close()
+//	if err := zerocopy.CopyCUDA(back, dev, nil); err != nil { ... } // pageable: done on return
+//
+// Device memory crosses library borders the same way host memory does:
+// FromDLPackVersioned (or FromDLPackLegacy) takes over a kDLCUDA DLPack
+// tensor, ToDLPack hands a view to a consumer such as torch.from_dlpack,
+// FromCAI wraps a __cuda_array_interface__ (its stream becomes the view's
+// pending stream) and CUDAArrayInterface describes a view as one, with the
+// view's pending stream so the consumer orders its work after it:
+//
+//	p, err := dev.ToDLPack() // a DLManagedTensorVersioned*; the consumer calls its deleter
+//	if err != nil { ... }
+//	in, err := zerocopy.FromDLPackVersioned(p) // a view again, same memory
+//	if err != nil { ... }
+//	defer in.Close() // runs the deleter, which drops dev's reference
+//	iface, err := in.CUDAArrayInterface() // data, shape, typestr, stream
+//
 // SetLeakReporter turns on a safety net that reports views the garbage
 // collector finds unreachable but never closed, and releases them. It is off
 // by default and costs nothing then.
