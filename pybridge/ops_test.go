@@ -52,32 +52,32 @@ func TestF16Conversions(t *testing.T) {
 		{6.097555160522461e-05, 0x03ff}, {0.333251953125, 0x3555},
 	}
 	for _, c := range cases {
-		if got := f32ToF16(c.f); got != c.bits {
-			t.Errorf("f32ToF16(%v) = %#04x, want %#04x", c.f, got, c.bits)
+		if got := uint16(zerocopy.Float16From(c.f)); got != c.bits {
+			t.Errorf("Float16From(%v) = %#04x, want %#04x", c.f, got, c.bits)
 		}
 		if c.f != 1e6 {
-			if back := f16ToF32(c.bits); back != c.f {
-				t.Errorf("f16ToF32(%#04x) = %v, want %v", c.bits, back, c.f)
+			if back := zerocopy.Float16(c.bits).Float32(); back != c.f {
+				t.Errorf("Float16(%#04x).Float32() = %v, want %v", c.bits, back, c.f)
 			}
 		}
 	}
-	if !math.IsNaN(float64(f16ToF32(f32ToF16(float32(math.NaN()))))) {
+	if !math.IsNaN(float64(zerocopy.Float16From(float32(math.NaN())).Float32())) {
 		t.Error("NaN does not survive float16")
 	}
 	// Every float16 survives a round trip through float32.
 	for h := 0; h < 1<<16; h++ {
-		f := f16ToF32(uint16(h))
+		f := zerocopy.Float16(h).Float32()
 		if f != f { // NaN
 			continue
 		}
-		if back := f32ToF16(f); back != uint16(h) {
+		if back := uint16(zerocopy.Float16From(f)); back != uint16(h) {
 			t.Fatalf("round trip of %#04x gives %#04x", h, back)
 		}
 	}
-	if got := f32ToBF16(1.0 / 3); got != 0x3eab {
-		t.Errorf("f32ToBF16(1/3) = %#04x, want 0x3eab", got)
+	if got := uint16(zerocopy.BFloat16From(1.0 / 3)); got != 0x3eab {
+		t.Errorf("BFloat16From(1/3) = %#04x, want 0x3eab", got)
 	}
-	if got := f32ToBF16(float32(math.NaN())); got&0x7fff <= 0x7f80 {
+	if got := uint16(zerocopy.BFloat16From(float32(math.NaN()))); got&0x7fff <= 0x7f80 {
 		t.Errorf("bfloat16 NaN lost: %#04x", got)
 	}
 }

@@ -3,10 +3,10 @@ package pybridge
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"unsafe"
 
 	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
 // ScalarKind says which field of a Scalar holds the value.
@@ -155,14 +155,14 @@ func (c codec) encode(b []byte, s Scalar) {
 		f := real(s.complex())
 		switch c.size {
 		case 2:
-			putU16(b, f32ToF16(float32(f)))
+			putU16(b, uint16(zerocopy.Float16From(float32(f))))
 		case 4:
 			putU32(b, math.Float32bits(float32(f)))
 		default:
 			putU64(b, math.Float64bits(f))
 		}
 	case dlpack.Bfloat:
-		putU16(b, f32ToBF16(float32(real(s.complex()))))
+		putU16(b, uint16(zerocopy.BFloat16From(float32(real(s.complex())))))
 	case dlpack.Complex:
 		z := s.complex()
 		if c.size == 8 {
@@ -210,14 +210,14 @@ func (c codec) load(p unsafe.Pointer) (i int64, u uint64, z complex128) {
 	case dlpack.Float:
 		switch c.size {
 		case 2:
-			z = complex(float64(f16ToF32(*(*uint16)(p))), 0)
+			z = complex(float64((*(*zerocopy.Float16)(p)).Float32()), 0)
 		case 4:
 			z = complex(float64(*(*float32)(p)), 0)
 		default:
 			z = complex(*(*float64)(p), 0)
 		}
 	case dlpack.Bfloat:
-		z = complex(float64(math.Float32frombits(uint32(*(*uint16)(p))<<16)), 0)
+		z = complex(float64((*(*zerocopy.BFloat16)(p)).Float32()), 0)
 	case dlpack.Complex:
 		if c.size == 8 {
 			z = complex128(*(*complex64)(p))
@@ -238,72 +238,4 @@ func putU64(b []byte, v uint64) {
 	for i := 0; i < 8; i++ {
 		b[i] = byte(v >> (8 * i))
 	}
-}
-
-// f16ToF32 converts IEEE 754 binary16 bits to float32 exactly.
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // inf or NaN
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case exp != 0: // normal
-		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-	case man == 0: // zero
-		return math.Float32frombits(sign)
-	}
-	// subnormal: normalise the mantissa
-	shift := uint32(bits.LeadingZeros32(man) - 21) // bring the top bit to position 10
-	man = (man << shift) & 0x3ff
-	return math.Float32frombits(sign | (113-shift)<<23 | man<<13)
-}
-
-// f32ToF16 converts to binary16 with round-to-nearest-even, overflow to
-// infinity and NaN kept NaN.
-func f32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		if e < -10 {
-			return sign
-		}
-		m := man | 0x800000
-		shift := uint32(14 - e)
-		half := uint32(1) << (shift - 1)
-		r := m >> shift
-		rem := m & (1<<shift - 1)
-		if rem > half || (rem == half && r&1 == 1) {
-			r++
-		}
-		return sign | uint16(r)
-	}
-	r := uint32(e)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && r&1 == 1) {
-		r++ // may carry into the exponent, up to infinity: still correct
-	}
-	return sign | uint16(r)
-}
-
-// f32ToBF16 rounds a float32 to bfloat16 (nearest even), keeping NaN a NaN.
-func f32ToBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
 }
