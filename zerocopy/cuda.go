@@ -310,12 +310,9 @@ func allocBytes(op string, dt dlpack.DataType, shape []int64) (int64, error) {
 	if err := dt.Validate(); err != nil {
 		return 0, fmt.Errorf("zerocopy: %s: %w", op, err)
 	}
-	if len(shape) > dlpack.MaxNDim {
-		return 0, fmt.Errorf("zerocopy: %s: ndim %d out of range (0..%d)", op, len(shape), dlpack.MaxNDim)
-	}
-	n, err := dlpack.NumElements(shape)
+	n, err := shapeElements(op, shape)
 	if err != nil {
-		return 0, fmt.Errorf("zerocopy: %s: %w", op, err)
+		return 0, err
 	}
 	nb, ok := dt.StorageBytes(n, false)
 	if !ok {

@@ -102,12 +102,9 @@ func FromSlice[T Elem](s []T, shape ...int64) (*View, error) {
 		one[0] = int64(len(s))
 		shape = one[:]
 	}
-	if len(shape) > dlpack.MaxNDim {
-		return nil, fmt.Errorf("zerocopy: FromSlice: ndim %d out of range (0..%d)", len(shape), dlpack.MaxNDim)
-	}
-	n, err := dlpack.NumElements(shape)
+	n, err := shapeElements("FromSlice", shape)
 	if err != nil {
-		return nil, fmt.Errorf("zerocopy: FromSlice: %w", err)
+		return nil, err
 	}
 	if n != int64(len(s)) {
 		return nil, fmt.Errorf("zerocopy: FromSlice: shape %v has %d elements, the slice has %d", slices.Clone(shape), n, len(s))
@@ -147,12 +144,9 @@ func FromBytes(b []byte, dt dlpack.DataType, shape ...int64) (*View, error) {
 		one[0] = bits / bpe
 		shape = one[:]
 	}
-	if len(shape) > dlpack.MaxNDim {
-		return nil, fmt.Errorf("zerocopy: FromBytes: ndim %d out of range (0..%d)", len(shape), dlpack.MaxNDim)
-	}
-	n, err := dlpack.NumElements(shape)
+	n, err := shapeElements("FromBytes", shape)
 	if err != nil {
-		return nil, fmt.Errorf("zerocopy: FromBytes: %w", err)
+		return nil, err
 	}
 	need, ok := dt.StorageBytes(n, false)
 	if !ok || need != int64(len(b)) {

@@ -115,6 +115,20 @@ func validateSpec(s *Spec) error {
 	return nil
 }
 
+// shapeElements checks a shape a caller hands in (ndim within 0..64, no
+// negative extent, no overflow) and returns its element count; errors
+// start with "zerocopy: op: ".
+func shapeElements(op string, shape []int64) (int64, error) {
+	if len(shape) > dlpack.MaxNDim {
+		return 0, fmt.Errorf("zerocopy: %s: ndim %d out of range (0..%d)", op, len(shape), dlpack.MaxNDim)
+	}
+	n, err := dlpack.NumElements(shape)
+	if err != nil {
+		return 0, fmt.Errorf("zerocopy: %s: %w", op, err)
+	}
+	return n, nil
+}
+
 // Ptr is the address of the element at index [0, 0, ...].
 func (v *View) Ptr() uintptr { return v.ptr }
 
