@@ -4,15 +4,36 @@ GO ?= go
 PY ?= /usr/bin/python3
 BUILD := build
 LIB := $(BUILD)/libdlbridge.so
+WHEELDIR := $(BUILD)/wheel
+VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
 
-.PHONY: all lib test gotest nocgo pytest fmt vet fuzz bench demo gpu clean
+.PHONY: all lib ext wheel venv test gotest nocgo pytest pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 
 all: lib
 
-# The c-shared library and its Python package (cgo is needed here only).
+# The c-shared library (cgo is needed here only).
 lib:
 	$(GO) build -buildmode=c-shared -o $(LIB) ./pybridge/cmd/libdlbridge
+
+# The Python package of the checkout made whole in place: the extension
+# dlbridge._core and libdlbridge.so inside pybridge/python/dlbridge, so that
+# PYTHONPATH=pybridge/python needs no DLBRIDGE_LIB (needs python3-dev).
+ext:
+	cd pybridge/python && GO=$(GO) $(PY) setup.py -q build_ext --inplace
+
+# The wheel users install (platform-tagged, abi3 on CPython 3.11+), built
+# offline with Debian's setuptools: build/wheel/dlbridge-*.whl.
+wheel:
+	rm -rf $(WHEELDIR)
+	GO=$(GO) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w $(WHEELDIR) ./pybridge/python
+
+# A fresh virtual environment with the wheel installed, as a user has it
+# (Debian's numpy, torch and pytest visible through the system site-packages).
+venv: wheel
+	rm -rf $(VENV)
+	$(PY) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/python -m pip install -q --no-index --no-deps $(WHEELDIR)/dlbridge-*.whl
 
 fmt:
 	@out="$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))"; \
@@ -29,24 +50,88 @@ nocgo:
 gotest:
 	$(GO) test -race -count=1 ./...
 
-pytest: lib
-	@set +e; DLBRIDGE_LIB=$(CURDIR)/$(LIB) PYTHONPATH=$(CURDIR)/pybridge/python \
-	  $(PY) -m pytest -q pybridge/python/tests; rc=$$?; \
+# The Python suite against the installed wheel, from outside the source tree
+# and without DLBRIDGE_LIB or PYTHONPATH (test_install.py checks which
+# package it got), twice: on the CPython fast path and on the pure-ctypes
+# path (DLBRIDGE_NO_FASTPATH=1). Its property tests use the Hypothesis
+# profile "ci" (a fixed, derandomized budget).
+VPY := cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1
+VPYTEST := $(CURDIR)/$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+pytest: venv
+	@set +e; rc=0; \
+	for fast in on off; do \
+	  nofast=""; if [ $$fast = off ]; then nofast=DLBRIDGE_NO_FASTPATH=1; fi; \
+	  echo "pytest: fast path $$fast"; \
+	  ($(VPY) $$nofast $(VPYTEST) $(CURDIR)/pybridge/python/tests); r=$$?; \
+	  if [ $$r -eq 5 ]; then echo "pytest collected no tests"; r=1; fi; \
+	  if [ $$r -ne 0 ]; then rc=$$r; fi; \
+	done; exit $$rc
+
+# The property tests at the Python border with the Hypothesis profile "long"
+# (randomized, thousands of examples per test), on both Python paths.
+fuzz-long-py: venv
+	$(VPY) DLBRIDGE_HYPOTHESIS_PROFILE=long $(VPYTEST) $(CURDIR)/pybridge/python/tests/test_props.py
+	$(VPY) DLBRIDGE_NO_FASTPATH=1 DLBRIDGE_HYPOTHESIS_PROFILE=long $(VPYTEST) $(CURDIR)/pybridge/python/tests/test_props.py
+
+# The Python suite again, against the fake libcuda of testdata/fakecuda (built
+# with the flags of internal/fakecuda/builder.go) with two fake devices: every
+# CUDA test (marked gpu) runs without a GPU. On a GPU machine `pytest` uses the
+# real driver instead.
+FAKECUDA := $(BUILD)/fakecuda/libcuda.so.1
+$(FAKECUDA): testdata/fakecuda/fakecuda.c
+	@mkdir -p $(dir $@)
+	gcc -shared -fPIC -O2 -ffp-contract=off -o $@ $< -lpthread
+
+pytest-fakecuda: venv $(FAKECUDA)
+	@set +e; cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 \
+	  DLBRIDGE_LIBCUDA=$(CURDIR)/$(FAKECUDA) FAKECUDA_DEVICES=2 \
+	  $(CURDIR)/$(VENV)/bin/python -m pytest -q -rs -p no:cacheprovider $(CURDIR)/pybridge/python/tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
-# Short fuzz runs over every parser of foreign input (seeds also run in gotest).
-fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzImport$$' -fuzztime=15s ./dlpack/
-	$(GO) test -run='^$$' -fuzz='^FuzzDecodeValidate$$' -fuzztime=15s ./cai/
-	$(GO) test -run='^$$' -fuzz='^FuzzTypestr$$' -fuzztime=15s ./cai/
+# Every Go fuzz target of the module as package:Name, found by its func
+# line, so that a new target is fuzzed without editing this file.
+FUZZ_TARGETS = $(shell grep -rH -o --include='*_test.go' --exclude-dir=build '^func Fuzz[A-Za-z0-9_]*' . \
+	| sed 's|^\./\(.*\)/[^/]*:func |\1:|' | sort)
 
-test: fmt vet nocgo gotest pytest fuzz
+# fuzz-go runs each of FUZZ_TARGETS for $(1) (the corpus seeds also run in gotest).
+define fuzz-go
+	@set -e; test -n "$(FUZZ_TARGETS)"; for t in $(FUZZ_TARGETS); do \
+	  echo "== $${t#*:} (./$${t%%:*}) for $(1)"; \
+	  $(GO) test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(1) ./$${t%%:*}/; \
+	done
+endef
+
+# Short fuzz runs over every parser of foreign input.
+fuzz:
+	$(call fuzz-go,15s)
+
+# Long runs before a release or after touching a parser: every Go fuzz
+# target for FUZZTIME each (make fuzz-long FUZZTIME=1h), then any other
+# suite's long run, each a fuzz-long-* prerequisite of its own.
+FUZZTIME ?= 10m
+fuzz-long: fuzz-long-go fuzz-long-py
+
+fuzz-long-go:
+	$(call fuzz-go,$(FUZZTIME))
+
+# No build artefact (ignored file, binary, archive) may be tracked.
+check-tracked:
+	bash scripts/check-tracked.sh
+
+test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fakecuda fuzz
+
+# A Go user's module outside this repository builds against it with
+# CGO_ENABLED=0 and runs the README's example.
+gomodule:
+	GO=$(GO) bash scripts/check-gomodule.sh
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./dlpack/ ./cai/ ./zerocopy/ ./cuda/
 
 # The main job: build the library and run the demo (NumPy/PyTorch, CuPy on a GPU machine).
 demo: lib
+	@$(MAKE) -s ext || echo "note: the C extension was not built (it needs python3-dev and python3-setuptools): the demo runs on the ctypes path"
 	DLBRIDGE_LIB=$(CURDIR)/$(LIB) PYTHONPATH=$(CURDIR)/pybridge/python bash examples/demo.sh
 
 # Everything the GPU machine needs, under build/gpu (see shared GPU.md); run there with
@@ -55,4 +140,4 @@ gpu:
 	bash scripts/build-gpu.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) pybridge/python/build pybridge/python/dlbridge.egg-info pybridge/python/dlbridge/*.so

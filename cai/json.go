@@ -1,207 +1,125 @@
 package cai
 
 import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/dlbridge/dlbridge/dlpack"
 )
 
-// The JSON form of the dictionary is what Python's json.dumps prints for
-// it (tuples become lists, None null, booleans true/false; separators ", "
-// and ": "; non-ASCII escaped as \uXXXX), with the keys in this order:
-//
-//	{"shape": [2, 3], "typestr": "<f4", "data": [140234567, false], "version": 3,
-//	 "strides": null, "descr": [["", "<f4"]], "mask": null, "stream": 1}
-//
-// "descr" is written only when Descr is not nil, "stream" always for CUDA
-// (null for None) and for Host only when set (an invalid dictionary, kept
-// so that it round-trips), "offset" only when not 0. "data" is null for
-// buffer-protocol data.
-
-// maxJSONDepth bounds nesting in foreign JSON (unknown values we skip,
-// descr lists, masks).
-const maxJSONDepth = 64
-
 // MarshalJSON implements json.Marshaler with AppendJSON.
-func (i Interface) MarshalJSON() ([]byte, error) {
-	return i.AppendJSON(make([]byte, 0, 256))
-}
+func (i Interface) MarshalJSON() ([]byte, error) { return i.AppendJSON(make([]byte, 0, 256)) }
 
-// AppendJSON appends the JSON form of i to dst. It encodes whatever i
-// holds, valid or not (test corpora need invalid dictionaries too); it
-// fails only for masks or records nested deeper than the decoder accepts
-// (which also stops a cyclic Mask).
-func (i *Interface) AppendJSON(dst []byte) ([]byte, error) {
-	return i.appendJSON(dst, 0)
-}
+// AppendJSON appends the JSON form of i to dst: what Python's json.dumps
+// prints for the dictionary (separators ", " and ": ", non-ASCII escaped
+// as \uXXXX), with the keys in the order shape, typestr, data (null for
+// buffer-protocol data), version, strides, descr (only when Descr is not
+// nil), mask, stream (always for CUDA, null for None; for Host only when
+// set, an invalid dictionary kept so that it round-trips), offset (only
+// when not 0). It encodes whatever i holds, valid or not (test corpora
+// need invalid dictionaries too); it fails only for masks or records
+// nested deeper than the decoder accepts (which also stops a cyclic Mask).
+func (i *Interface) AppendJSON(dst []byte) ([]byte, error) { return i.appendJSON(dst, 0) }
 
-func (i *Interface) appendJSON(b []byte, depth int) ([]byte, error) {
+func (i *Interface) appendJSON(b []byte, depth int) (_ []byte, err error) {
 	if depth > maxMaskDepth {
 		return b, fmt.Errorf("%w: masks nested deeper than %d", ErrSyntax, maxMaskDepth)
 	}
-	b = append(b, `{"shape": `...)
-	b = appendInts(b, i.Shape)
-	b = append(b, `, "typestr": `...)
-	b = appendString(b, i.Typestr)
-	b = append(b, `, "data": `...)
-	if i.Data.FromBuffer {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		b = strconv.AppendUint(b, uint64(i.Data.Ptr), 10)
-		if i.Data.ReadOnly {
-			b = append(b, ", true]"...)
-		} else {
-			b = append(b, ", false]"...)
-		}
+	var data any // null
+	if !i.Data.FromBuffer {
+		data = []any{uint64(i.Data.Ptr), i.Data.ReadOnly}
 	}
-	b = append(b, `, "version": `...)
-	b = strconv.AppendInt(b, int64(i.Version), 10)
-	b = append(b, `, "strides": `...)
-	if i.Strides == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendInts(b, i.Strides)
-	}
+	b = fmt.Appendf(b, `{"shape": %s, "typestr": %s, "data": %s, "version": %d, "strides": %s`,
+		py(append([]int64{}, i.Shape...)), py(i.Typestr), py(data), i.Version, py(i.Strides))
 	if i.Descr != nil {
-		b = append(b, `, "descr": `...)
-		var err error
-		if b, err = appendDescr(b, i.Descr, 0); err != nil {
+		descr, err := wireDescr(i.Descr, 0)
+		if err != nil {
 			return b, err
 		}
+		b = fmt.Appendf(b, `, "descr": %s`, py(descr))
 	}
-	b = append(b, `, "mask": `...)
-	if i.Mask == nil {
+	if b = append(b, `, "mask": `...); i.Mask == nil {
 		b = append(b, "null"...)
-	} else {
-		var err error
-		if b, err = i.Mask.appendJSON(b, depth+1); err != nil {
-			return b, err
-		}
+	} else if b, err = i.Mask.appendJSON(b, depth+1); err != nil {
+		return b, err
 	}
-	if i.Kind != Host || i.Stream.Present {
-		b = append(b, `, "stream": `...)
-		if i.Stream.Present {
-			b = strconv.AppendUint(b, uint64(i.Stream.Handle), 10)
-		} else {
-			b = append(b, "null"...)
-		}
+	if i.Stream.Present {
+		b = fmt.Appendf(b, `, "stream": %d`, i.Stream.Handle)
+	} else if i.Kind != Host {
+		b = append(b, `, "stream": null`...)
 	}
 	if i.Offset != 0 {
-		b = append(b, `, "offset": `...)
-		b = strconv.AppendInt(b, i.Offset, 10)
+		b = fmt.Appendf(b, `, "offset": %d`, i.Offset)
 	}
 	return append(b, '}'), nil
 }
 
-func appendInts(b []byte, v []int64) []byte {
-	b = append(b, '[')
-	for k, x := range v {
-		if k > 0 {
-			b = append(b, ", "...)
-		}
-		b = strconv.AppendInt(b, x, 10)
-	}
-	return append(b, ']')
-}
-
-func appendDescr(b []byte, d Descr, depth int) ([]byte, error) {
+// wireDescr is d as NumPy lists it: [[name or [title, name], typestr or
+// descr (, shape)], ...].
+func wireDescr(d Descr, depth int) (out []any, err error) {
 	if depth > maxDescrDepth {
-		return b, fmt.Errorf("%w: records nested deeper than %d", ErrDescr, maxDescrDepth)
+		return nil, fmt.Errorf("%w: records nested deeper than %d", ErrDescr, maxDescrDepth)
 	}
-	b = append(b, '[')
-	for k, f := range d {
-		if k > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '[')
+	out = []any{}
+	for _, f := range d {
+		e := []any{f.Name, f.Typestr}
 		if f.Title != "" {
-			b = append(b, '[')
-			b = appendString(b, f.Title)
-			b = append(b, ", "...)
-			b = appendString(b, f.Name)
-			b = append(b, ']')
-		} else {
-			b = appendString(b, f.Name)
+			e[0] = []string{f.Title, f.Name}
 		}
-		b = append(b, ", "...)
 		if f.Fields != nil {
-			var err error
-			if b, err = appendDescr(b, f.Fields, depth+1); err != nil {
-				return b, err
+			if e[1], err = wireDescr(f.Fields, depth+1); err != nil {
+				return nil, err
 			}
-		} else {
-			b = appendString(b, f.Typestr)
 		}
 		if f.Shape != nil {
-			b = append(b, ", "...)
-			b = appendInts(b, f.Shape)
+			e = append(e, f.Shape)
 		}
-		b = append(b, ']')
+		out = append(out, e)
 	}
-	return append(b, ']'), nil
+	return out, nil
 }
 
-const hexDigits = "0123456789abcdef"
+// py is v (lists, strings, integers, booleans, nil) as json.dumps prints it.
+func py(v any) []byte { return appendPython(nil, v) }
 
-// appendString writes s as Python's json.dumps does with ensure_ascii:
-// printable ASCII as is, \" \\ \b \f \n \r \t, everything else \uXXXX
-// (surrogate pairs above U+FFFF; invalid UTF-8 as U+FFFD).
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for k := 0; k < len(s); {
-		c := s[k]
-		if c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' {
-			b = append(b, c)
-			k++
-			continue
-		}
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-			k++
-			continue
-		case '\b':
-			b = append(b, '\\', 'b')
-			k++
-			continue
-		case '\f':
-			b = append(b, '\\', 'f')
-			k++
-			continue
-		case '\n':
-			b = append(b, '\\', 'n')
-			k++
-			continue
-		case '\r':
-			b = append(b, '\\', 'r')
-			k++
-			continue
-		case '\t':
-			b = append(b, '\\', 't')
-			k++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[k:])
-		k += size
-		if r >= 0x10000 {
-			r1, r2 := utf16.EncodeRune(r)
-			b = appendU(b, r1)
-			b = appendU(b, r2)
-		} else {
-			b = appendU(b, r)
+// appendPython appends v as json.dumps prints it. encoding/json writes it
+// compact (bad UTF-8 as \ufffd; v holds nothing it could fail on); outside
+// strings, ',' gets the space json.dumps puts after it, and, as
+// ensure_ascii does, DEL and all beyond ASCII become \uXXXX, in UTF-16.
+func appendPython(dst []byte, v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	b, inString := bytes.TrimSuffix(buf.Bytes(), []byte("\n")), false
+	for k := 0; k < len(b); k++ {
+		switch c := b[k]; {
+		case c >= 0x7f:
+			r, n := utf8.DecodeRune(b[k:])
+			for _, u := range utf16.AppendRune(nil, r) {
+				dst = fmt.Appendf(dst, `\u%04x`, u)
+			}
+			k += n - 1
+		case inString && c == '\\': // an escape: the next byte is no quote
+			dst, k = append(dst, c, b[k+1]), k+1
+		case c == ',' && !inString:
+			dst = append(dst, ", "...)
+		default:
+			dst, inString = append(dst, c), inString != (c == '"')
 		}
 	}
-	return append(b, '"')
+	return dst
 }
 
-func appendU(b []byte, r rune) []byte {
-	return append(b, '\\', 'u', hexDigits[r>>12&0xf], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
-}
+// appendString writes s as a JSON string the way json.dumps does.
+func appendString(b []byte, s string) []byte { return appendPython(b, s) }
 
 // UnmarshalJSON implements json.Unmarshaler: it decodes the dictionary
 // into i, keeping i.Kind (set it first: the JSON does not say which
@@ -209,719 +127,245 @@ func appendU(b []byte, r rune) []byte {
 // validate.
 func (i *Interface) UnmarshalJSON(data []byte) error {
 	v, err := DecodeJSON(data, i.Kind)
-	if err != nil {
-		return err
+	if err == nil {
+		*i = v
 	}
-	*i = v
-	return nil
+	return err
 }
 
 // DecodeJSON reads the JSON form of a dictionary of the given kind. It
-// checks syntax and JSON types (integers where Python has ints, lists
-// where it has tuples, ...) and requires shape, typestr and version;
-// keys it does not know are skipped, as a consumer of a newer version of
-// the protocol should. It does not validate the values: call Validate.
-// Errors wrap ErrSyntax (with the byte offset), ErrMissing, ErrShape,
-// ErrStrides or ErrStream.
+// checks syntax and nesting, then JSON types (integers where Python has
+// ints, lists where it has tuples, ...), and requires shape, typestr and
+// version; keys it does not know are skipped, as a consumer of a newer
+// version of the protocol should, and of a repeated key the last counts,
+// as in Python. It does not validate the values: call Validate. Errors
+// wrap ErrSyntax (with the byte offset for malformed JSON), ErrMissing,
+// ErrShape, ErrStrides or ErrStream.
 func DecodeJSON(data []byte, kind Kind) (Interface, error) {
 	d := decoder{buf: data}
-	var i Interface
-	if err := d.object(&i, kind, 0); err != nil {
-		return Interface{}, err
+	if i := d.object(d.value(), kind, 0); d.err == nil {
+		return i, nil
 	}
-	d.ws()
-	if d.pos != len(d.buf) {
-		return Interface{}, d.errorf("unexpected %s after the dictionary", d.describe())
-	}
-	return i, nil
+	return Interface{}, d.err
 }
 
-// decoder is a strict JSON reader specialised for the dictionary: it
-// reads values straight into the Interface without building a tree.
+// decoder converts what encoding/json reads (maps, lists, strings,
+// json.Numbers, booleans, nils) into an Interface. The first error counts.
 type decoder struct {
-	buf  []byte
-	pos  int
-	ints [dlpack.MaxNDim]int64 // scratch for integer lists
+	buf []byte
+	err error
 }
 
-func (d *decoder) errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: JSON offset %d: %s", ErrSyntax, d.pos, fmt.Sprintf(format, args...))
-}
-
-// describe names the next token for error messages.
-func (d *decoder) describe() string {
-	if d.pos >= len(d.buf) {
-		return "end of input"
-	}
-	c := d.buf[d.pos]
-	switch {
-	case c == '"':
-		return "a string"
-	case c == '[':
-		return "a list"
-	case c == '{':
-		return "a dictionary"
-	case c == 't' || c == 'f':
-		return "a boolean"
-	case c == 'n':
-		return "null"
-	case c == '-' || (c >= '0' && c <= '9'):
-		return "a number"
-	}
-	return strconv.QuoteRune(rune(c))
-}
-
-func (d *decoder) ws() {
-	for d.pos < len(d.buf) {
-		switch d.buf[d.pos] {
-		case ' ', '\t', '\n', '\r':
-			d.pos++
-		default:
-			return
-		}
-	}
-}
-
-// peek skips white space and returns the next byte (0 at the end).
-func (d *decoder) peek() byte {
-	d.ws()
-	if d.pos >= len(d.buf) {
-		return 0
-	}
-	return d.buf[d.pos]
-}
-
-func (d *decoder) expect(c byte) error {
-	if d.peek() != c {
-		return d.errorf("expected %q, found %s", rune(c), d.describe())
-	}
-	d.pos++
-	return nil
-}
-
-// literal consumes word (true, false, null) if it comes next.
-func (d *decoder) literal(word string) bool {
-	if d.peek() == word[0] && len(d.buf)-d.pos >= len(word) && string(d.buf[d.pos:d.pos+len(word)]) == word {
-		d.pos += len(word)
-		return true
-	}
+func (d *decoder) failf(kind error, format string, args ...any) bool {
+	d.err = cmp.Or(d.err, fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...)))
 	return false
 }
 
-// Keys of the dictionary, as bits for the required-key check.
-const (
-	hasShape = 1 << iota
-	hasTypestr
-	hasVersion
-)
+// expect fails with "must, found found" unless ok.
+func (d *decoder) expect(ok bool, found any, must string) bool {
+	return ok || d.failf(ErrSyntax, "%s, found %v", must, found)
+}
 
-func (d *decoder) object(i *Interface, kind Kind, depth int) error {
-	if depth > maxMaskDepth {
-		return d.errorf("masks nested deeper than %d", maxMaskDepth)
+// as returns v as a T, or fails naming the JSON type found.
+func as[T any](d *decoder, v any, must string) T {
+	t, ok := v.(T)
+	if !ok {
+		d.expect(false, describe(v), must)
 	}
-	*i = Interface{Kind: kind, Data: Data{FromBuffer: true}}
-	if d.peek() != '{' {
-		return d.errorf("expected a dictionary, found %s", d.describe())
+	return t
+}
+
+// describe names the JSON type of v, which encoding/json decoded.
+func describe(v any) string { return jsonTypes[fmt.Sprintf("%T", v)] }
+
+var jsonTypes = map[string]string{"<nil>": "null", "bool": "a boolean", "json.Number": "a number",
+	"string": "a string", "[]interface {}": "a list", "map[string]interface {}": "a dictionary"}
+
+// syntaxWords adds our words to encoding/json's syntax errors.
+var syntaxWords = strings.NewReplacer("after object key:value pair", "after a dictionary item: expected ',' or '}'",
+	"after array element", "after a list item: expected ',' or ']'", "numeric literal", "number: malformed number",
+	"looking for beginning of object key string", "where a key belongs: expected a string",
+	"looking for beginning of value", "where a value belongs: expected a JSON value",
+	"escape", "escape: bad escape", "in string literal", "in a string: control character")
+
+// value reads the text as one JSON value with encoding/json, and fails if
+// the text is not UTF-8 (encoding/json would replace bad bytes silently)
+// or nests too deep, whether or not the JSON is well formed.
+func (d *decoder) value() (v any) {
+	dec := json.NewDecoder(bytes.NewReader(d.buf))
+	dec.UseNumber()
+	err, deep := dec.Decode(&v), nestingError(d.buf)
+	var se *json.SyntaxError
+	switch rest := bytes.TrimLeft(d.buf[dec.InputOffset():], " \t\r\n"); {
+	case len(bytes.Trim(d.buf, " \t\r\n")) == 0:
+		d.failf(ErrSyntax, "expected a dictionary, found end of input")
+	case !utf8.Valid(d.buf):
+		d.failf(ErrSyntax, "the text must be UTF-8, found other bytes")
+	case deep != "":
+		d.failf(ErrSyntax, "%s", deep)
+	case errors.As(err, &se):
+		d.failf(ErrSyntax, "JSON offset %d: %s", se.Offset, syntaxWords.Replace(se.Error()))
+	case err != nil: // io.ErrUnexpectedEOF
+		d.failf(ErrSyntax, "unexpected end of input: unterminated string, list or dictionary")
+	case len(rest) > 0:
+		d.failf(ErrSyntax, "unexpected %q after the dictionary", rest[0])
 	}
-	d.pos++
-	seen := 0
-	if d.peek() == '}' {
-		d.pos++
-	} else {
-		for {
-			key, err := d.str()
-			if err != nil {
-				return err
+	return v
+}
+
+// maxJSONDepth bounds nesting in the values of the top-level keys.
+const maxJSONDepth = 64
+
+// nestingError finds a top-level key's value holding anything inside more
+// than maxJSONDepth lists and dictionaries or, for descr, a record deeper
+// than maxDescrDepth (masks are left to object, which checks their depth
+// and descr, and to encoding/json's own limit). It reads the bytes,
+// tracking strings and depth, so that malformed JSON gets it too.
+func nestingError(text []byte) string {
+	key, depth, start, inString := "", 0, 0, false
+	for k := 0; k < len(text); k++ {
+		switch c := text[k]; {
+		case inString && c == '\\':
+			k++
+		case inString:
+			if inString = c != '"'; !inString && depth == 1 {
+				key, _ = strconv.Unquote(string(text[start : k+1])) // a key, or a value before the next key
 			}
-			if err := d.expect(':'); err != nil {
-				return err
-			}
-			switch string(key) {
-			case "shape":
-				seen |= hasShape
-				if i.Shape, err = d.intList("shape", ErrShape); err != nil {
-					return err
-				}
-				if i.Shape == nil {
-					return d.errorf("shape must be a list of integers, found null")
-				}
-			case "typestr":
-				seen |= hasTypestr
-				if d.peek() != '"' {
-					return d.errorf("typestr must be a string, found %s", d.describe())
-				}
-				s, err := d.str()
-				if err != nil {
-					return err
-				}
-				i.Typestr = internTypestr(s)
-			case "data":
-				if err := d.data(&i.Data); err != nil {
-					return err
-				}
-			case "version":
-				seen |= hasVersion
-				v, err := d.int("version")
-				if err != nil {
-					return err
-				}
-				if v < math.MinInt32 || v > math.MaxInt32 {
-					return d.errorf("version %d out of range", v)
-				}
-				i.Version = int(v)
-			case "strides":
-				if i.Strides, err = d.intList("strides", ErrStrides); err != nil {
-					return err
-				}
-			case "descr":
-				if d.literal("null") {
-					i.Descr = nil
-					break
-				}
-				if i.Descr, err = d.descr(1); err != nil {
-					return err
-				}
-			case "mask":
-				if d.literal("null") {
-					i.Mask = nil
-					break
-				}
-				m := new(Interface)
-				if err := d.object(m, kind, depth+1); err != nil {
-					return err
-				}
-				i.Mask = m
-			case "stream":
-				if d.literal("null") {
-					i.Stream = Stream{}
-					break
-				}
-				if d.peek() == '-' {
-					v, err := d.int("stream")
-					if err != nil {
-						return err
-					}
-					if v < 0 {
-						return fmt.Errorf("%w: stream %d is negative (want None, 1, 2 or a stream handle)", ErrStream, v)
-					}
-					i.Stream = Stream{Present: true} // "-0"
-					break
-				}
-				v, err := d.uint("stream")
-				if err != nil {
-					return err
-				}
-				i.Stream = Stream{Handle: uintptr(v), Present: true}
-			case "offset":
-				if i.Offset, err = d.int("offset"); err != nil {
-					return err
-				}
-			default:
-				if err := d.skip(1); err != nil {
-					return err
-				}
-			}
-			c := d.peek()
-			d.pos++
-			if c == '}' {
-				break
-			}
-			if c != ',' {
-				d.pos--
-				return d.errorf("expected ',' or '}' in the dictionary, found %s", d.describe())
-			}
+		case c == ']' || c == '}':
+			depth--
+		case strings.IndexByte(" \t\r\n,:", c) >= 0: // between tokens
+		case key == "descr" && c == '[' && depth > 2*maxDescrDepth+1: // fields of record 33
+			return fmt.Sprintf("descr nested deeper than %d", maxDescrDepth)
+		case key != "descr" && key != "mask" && depth > maxJSONDepth:
+			return fmt.Sprintf("value nested deeper than %d", maxJSONDepth)
+		case c == '[' || c == '{':
+			depth++
+		case c == '"':
+			inString, start = true, k
 		}
 	}
+	return ""
+}
+
+// object converts a dictionary (a mask recursively).
+func (d *decoder) object(v any, kind Kind, depth int) Interface {
+	if depth > maxMaskDepth {
+		d.failf(ErrSyntax, "masks nested deeper than %d", maxMaskDepth)
+	}
+	m := as[map[string]any](d, v, "expected a dictionary")
+	for _, k := range []string{"shape", "typestr", "version"} {
+		if _, ok := m[k]; !ok {
+			d.failf(ErrMissing, "%q", k)
+		}
+	}
+	i := Interface{Kind: kind, Shape: d.ints(m["shape"], "shape", ErrShape), Data: Data{FromBuffer: true}}
+	d.expect(i.Shape != nil, "null", "shape must be a list of integers")
+	i.Typestr = as[string](d, m["typestr"], "typestr must be a string")
+	if data := m["data"]; data != nil {
+		l := as[[]any](d, data, "data must be a list [pointer, read-only] or null")
+		if d.expect(len(l) == 2, len(l), "data must have exactly 2 items (pointer, read-only)") {
+			p, u := d.integer(l[0], "data[0] (pointer)", true)
+			d.expect(p >= 0, p, "data[0] (pointer) must not be negative")
+			d.expect(uint64(uintptr(u)) == u, u, "data[0] (pointer) must fit a uintptr")
+			i.Data = Data{Ptr: uintptr(u), ReadOnly: as[bool](d, l[1], "data[1] (read-only) must be a boolean")}
+		}
+	}
+	version, _ := d.integer(m["version"], "version", false)
+	i.Version = int(version)
+	d.expect(int64(i.Version) == version, version, "version must fit an int")
+	i.Strides, i.Descr = d.ints(m["strides"], "strides", ErrStrides), d.descr(m["descr"], 1)
+	if s := m["stream"]; s != nil {
+		h, u := d.integer(s, "stream", true)
+		i.Stream = StreamHandle(uintptr(u))
+		if h < 0 {
+			d.failf(ErrStream, "stream %d is negative (want None, 1, 2 or a stream handle)", h)
+		}
+	}
+	if offset, ok := m["offset"]; ok {
+		i.Offset, _ = d.integer(offset, "offset", false)
+	}
+	if m["mask"] != nil && d.err == nil {
+		mask := d.object(m["mask"], kind, depth+1)
+		i.Mask = &mask
+	}
+	return i
+}
+
+// str reads the text as one JSON string.
+func (d *decoder) str() ([]byte, error) {
+	s := as[string](d, d.value(), "expected a string")
+	return []byte(s), d.err
+}
+
+// integer converts a JSON integer (no fraction, no exponent) that fits
+// int64 or, if unsigned, either int64 (i; the caller refuses negative
+// values) or uint64 (u).
+func (d *decoder) integer(v any, what string, unsigned bool) (i int64, u uint64) {
+	n, isNumber := v.(json.Number)
+	i, err := strconv.ParseInt(string(n), 10, 64)
+	if u = uint64(i); unsigned && err != nil {
+		u, err = strconv.ParseUint(string(n), 10, 64)
+	}
 	switch {
-	case seen&hasShape == 0:
-		return fmt.Errorf("%w: \"shape\"", ErrMissing)
-	case seen&hasTypestr == 0:
-		return fmt.Errorf("%w: \"typestr\"", ErrMissing)
-	case seen&hasVersion == 0:
-		return fmt.Errorf("%w: \"version\"", ErrMissing)
+	case !isNumber || strings.ContainsAny(string(n), ".eE"):
+		d.expect(false, cmp.Or(string(n), describe(v)), what+" must be an integer")
+	case err != nil && unsigned:
+		d.failf(ErrSyntax, "%s value %s does not fit 64 bits", what, n)
+	case err != nil:
+		d.failf(ErrSyntax, "%s value %s does not fit int64", what, n)
 	}
-	return nil
+	return i, u
 }
 
-func internTypestr(s []byte) string {
-	if t, ok := commonTypestrs[string(s)]; ok {
-		return t
-	}
-	return string(s)
-}
-
-func (d *decoder) data(out *Data) error {
-	if d.literal("null") {
-		*out = Data{FromBuffer: true}
+// ints converts null (nil) or a list of at most MaxNDim integers.
+func (d *decoder) ints(v any, what string, tooMany error) []int64 {
+	if v == nil {
 		return nil
 	}
-	if d.peek() != '[' {
-		return d.errorf("data must be a list [pointer, read-only] or null, found %s", d.describe())
+	l := as[[]any](d, v, what+" must be a list of integers")
+	out := make([]int64, len(l))
+	for k, e := range l {
+		if k == dlpack.MaxNDim {
+			d.failf(tooMany, "%s has more than %d entries", what, dlpack.MaxNDim)
+		}
+		out[k], _ = d.integer(e, what, false)
 	}
-	d.pos++
-	p, err := d.uint("data[0] (pointer)")
-	if err != nil {
-		return err
-	}
-	if err := d.expect(','); err != nil {
-		return err
-	}
-	var ro bool
-	switch {
-	case d.literal("true"):
-		ro = true
-	case d.literal("false"):
-	default:
-		return d.errorf("data[1] (read-only) must be a boolean, found %s", d.describe())
-	}
-	if d.peek() != ']' {
-		return d.errorf("data must have exactly 2 items (pointer, read-only)")
-	}
-	d.pos++
-	if uint64(p) > uint64(^uintptr(0)) {
-		return d.errorf("data pointer %d does not fit a %d-bit address", p, strconv.IntSize)
-	}
-	*out = Data{Ptr: uintptr(p), ReadOnly: ro}
-	return nil
+	return out
 }
 
-// intList reads null (nil) or a list of at most MaxNDim integers.
-func (d *decoder) intList(what string, tooMany error) ([]int64, error) {
-	if d.literal("null") {
-		return nil, nil
+// descr converts null (nil) or a descr list: [[name or [title, name],
+// typestr or descr (, shape: a list, or one integer as NumPy accepts)], ...].
+func (d *decoder) descr(v any, depth int) Descr {
+	if v == nil {
+		return nil
+	} else if depth > maxDescrDepth {
+		d.failf(ErrSyntax, "descr nested deeper than %d", maxDescrDepth)
+		return nil
 	}
-	if d.peek() != '[' {
-		return nil, d.errorf("%s must be a list of integers, found %s", what, d.describe())
-	}
-	d.pos++
-	n := 0
-	if d.peek() == ']' {
-		d.pos++
-		return []int64{}, nil
-	}
-	for {
-		if n == len(d.ints) {
-			return nil, fmt.Errorf("%w: %s has more than %d entries", tooMany, what, dlpack.MaxNDim)
-		}
-		v, err := d.int(what)
-		if err != nil {
-			return nil, err
-		}
-		d.ints[n] = v
-		n++
-		c := d.peek()
-		d.pos++
-		if c == ']' {
-			break
-		}
-		if c != ',' {
-			d.pos--
-			return nil, d.errorf("expected ',' or ']' in %s, found %s", what, d.describe())
-		}
-	}
-	return append(make([]int64, 0, n), d.ints[:n]...), nil
-}
-
-// number scans a JSON number and reports its text and whether it is an
-// integer (no fraction, no exponent).
-func (d *decoder) number(what string) (text []byte, integer bool, err error) {
-	d.ws()
-	start := d.pos
-	p := d.pos
-	if p < len(d.buf) && d.buf[p] == '-' {
-		p++
-	}
-	switch {
-	case p < len(d.buf) && d.buf[p] == '0':
-		p++
-	case p < len(d.buf) && d.buf[p] >= '1' && d.buf[p] <= '9':
-		for p < len(d.buf) && d.buf[p] >= '0' && d.buf[p] <= '9' {
-			p++
-		}
-	default:
-		return nil, false, d.errorf("%s must be an integer, found %s", what, d.describe())
-	}
-	integer = true
-	if p < len(d.buf) && d.buf[p] == '.' {
-		integer = false
-		p++
-		q := p
-		for p < len(d.buf) && d.buf[p] >= '0' && d.buf[p] <= '9' {
-			p++
-		}
-		if p == q {
-			d.pos = p
-			return nil, false, d.errorf("malformed number in %s", what)
-		}
-	}
-	if p < len(d.buf) && (d.buf[p] == 'e' || d.buf[p] == 'E') {
-		integer = false
-		p++
-		if p < len(d.buf) && (d.buf[p] == '+' || d.buf[p] == '-') {
-			p++
-		}
-		q := p
-		for p < len(d.buf) && d.buf[p] >= '0' && d.buf[p] <= '9' {
-			p++
-		}
-		if p == q {
-			d.pos = p
-			return nil, false, d.errorf("malformed number in %s", what)
-		}
-	}
-	d.pos = p
-	return d.buf[start:p], integer, nil
-}
-
-func (d *decoder) int(what string) (int64, error) {
-	d.ws()
-	at := d.pos
-	text, integer, err := d.number(what)
-	if err != nil {
-		return 0, err
-	}
-	if !integer {
-		d.pos = at
-		return 0, d.errorf("%s must be an integer, found %s", what, text)
-	}
-	if v, ok := smallInt(text); ok {
-		return v, nil
-	}
-	v, err := strconv.ParseInt(string(text), 10, 64)
-	if err != nil {
-		d.pos = at
-		return 0, d.errorf("%s value %s does not fit int64", what, text)
-	}
-	return v, nil
-}
-
-// smallInt converts the text of a JSON integer of at most 18 digits, which
-// cannot overflow int64, without strconv; longer ones report false.
-func smallInt(text []byte) (int64, bool) {
-	neg := text[0] == '-'
-	digits := text
-	if neg {
-		digits = text[1:]
-	}
-	if len(digits) > 18 {
-		return 0, false
-	}
-	var v int64
-	for _, c := range digits {
-		v = v*10 + int64(c-'0')
-	}
-	if neg {
-		v = -v
-	}
-	return v, true
-}
-
-func (d *decoder) uint(what string) (uint64, error) {
-	d.ws()
-	at := d.pos
-	text, integer, err := d.number(what)
-	if err != nil {
-		return 0, err
-	}
-	if !integer {
-		d.pos = at
-		return 0, d.errorf("%s must be an integer, found %s", what, text)
-	}
-	if text[0] == '-' {
-		if string(text) == "-0" {
-			return 0, nil
-		}
-		d.pos = at
-		return 0, d.errorf("%s must not be negative, found %s", what, text)
-	}
-	if v, ok := smallInt(text); ok {
-		return uint64(v), nil
-	}
-	v, err := strconv.ParseUint(string(text), 10, 64)
-	if err != nil {
-		d.pos = at
-		return 0, d.errorf("%s value %s does not fit 64 bits", what, text)
-	}
-	return v, nil
-}
-
-// str reads a JSON string and returns its decoded bytes: a sub-slice of
-// the input when it has no escapes, a new slice otherwise.
-func (d *decoder) str() ([]byte, error) {
-	if d.peek() != '"' {
-		return nil, d.errorf("expected a string, found %s", d.describe())
-	}
-	d.pos++
-	start := d.pos
-	for d.pos < len(d.buf) {
-		c := d.buf[d.pos]
-		switch {
-		case c == '"':
-			s := d.buf[start:d.pos]
-			d.pos++
-			if !utf8.Valid(s) {
-				return nil, d.errorf("string is not valid UTF-8")
-			}
-			return s, nil
-		case c == '\\':
-			return d.strSlow(start)
-		case c < 0x20:
-			return nil, d.errorf("control character %#x in a string", c)
-		}
-		d.pos++
-	}
-	return nil, d.errorf("unterminated string")
-}
-
-func (d *decoder) strSlow(start int) ([]byte, error) {
-	out := append([]byte(nil), d.buf[start:d.pos]...)
-	for d.pos < len(d.buf) {
-		c := d.buf[d.pos]
-		switch {
-		case c == '"':
-			d.pos++
-			if !utf8.Valid(out) {
-				return nil, d.errorf("string is not valid UTF-8")
-			}
-			return out, nil
-		case c < 0x20:
-			return nil, d.errorf("control character %#x in a string", c)
-		case c != '\\':
-			out = append(out, c)
-			d.pos++
-			continue
-		}
-		d.pos++
-		if d.pos >= len(d.buf) {
-			break
-		}
-		e := d.buf[d.pos]
-		d.pos++
-		switch e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, ok := d.hex4()
-			if !ok {
-				return nil, d.errorf("bad \\u escape")
-			}
-			if utf16.IsSurrogate(r) {
-				// A high surrogate followed by a low one is one rune; a
-				// lone surrogate (legal in Python strings) has no UTF-8
-				// form and becomes U+FFFD, as encoding/json does.
-				save := d.pos
-				if d.pos+1 < len(d.buf) && d.buf[d.pos] == '\\' && d.buf[d.pos+1] == 'u' {
-					d.pos += 2
-					if r2, ok := d.hex4(); ok {
-						if c := utf16.DecodeRune(r, r2); c != utf8.RuneError {
-							out = utf8.AppendRune(out, c)
-							continue
-						}
-					}
-				}
-				d.pos = save
-				r = utf8.RuneError
-			}
-			out = utf8.AppendRune(out, r)
-		default:
-			d.pos--
-			return nil, d.errorf("bad escape \\%c", e)
-		}
-	}
-	return nil, d.errorf("unterminated string")
-}
-
-func (d *decoder) hex4() (rune, bool) {
-	if len(d.buf)-d.pos < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range d.buf[d.pos : d.pos+4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, false
-		}
-	}
-	d.pos += 4
-	return r, true
-}
-
-// descr reads a descr list: [[name, typestr-or-descr(, shape)], ...].
-func (d *decoder) descr(depth int) (Descr, error) {
-	if depth > maxDescrDepth {
-		return nil, d.errorf("descr nested deeper than %d", maxDescrDepth)
-	}
-	if d.peek() != '[' {
-		return nil, d.errorf("descr must be a list of [name, type] lists, found %s", d.describe())
-	}
-	d.pos++
 	out := Descr{}
-	if d.peek() == ']' {
-		d.pos++
-		return out, nil
-	}
-	for {
-		f, err := d.field(depth)
-		if err != nil {
-			return nil, err
+	for _, e := range as[[]any](d, v, "descr must be a list of [name, type] lists") {
+		l := as[[]any](d, e, "descr entry must be a [name, type] or [name, type, shape] list")
+		if !d.expect(len(l) == 2 || len(l) == 3, len(l), "descr entry: expected ']' after 2 or 3 items (name, type, shape)") {
+			break
+		}
+		var f Field
+		if t, ok := l[0].([]any); ok && d.expect(len(t) == 2, len(t), "descr field [title, name] must have 2 items") {
+			f.Title, l[0] = as[string](d, t[0], "descr field title must be a string"), t[1] // the name follows
+		}
+		f.Name = as[string](d, l[0], "descr field name must be a string or [title, name]")
+		if _, ok := l[1].([]any); ok {
+			f.Fields = d.descr(l[1], depth+1)
+		} else if f.Typestr, ok = l[1].(string); !ok {
+			d.failf(ErrSyntax, "descr field %q type must be a typestr or a list of fields, found %s", f.Name, describe(l[1]))
+		}
+		if len(l) == 3 {
+			if n, ok := l[2].(json.Number); ok {
+				l[2] = []any{n} // NumPy takes one integer for a 1-d shape
+			}
+			f.Shape = d.ints(l[2], "descr field shape", ErrDescr)
+			d.expect(f.Shape != nil, "null", "descr field shape must be a list of integers")
 		}
 		out = append(out, f)
-		c := d.peek()
-		d.pos++
-		if c == ']' {
-			return out, nil
-		}
-		if c != ',' {
-			d.pos--
-			return nil, d.errorf("expected ',' or ']' in descr, found %s", d.describe())
-		}
 	}
-}
-
-func (d *decoder) field(depth int) (Field, error) {
-	var f Field
-	if d.peek() != '[' {
-		return f, d.errorf("descr entry must be a [name, type] or [name, type, shape] list, found %s", d.describe())
-	}
-	d.pos++
-	// Name: a string, or [title, name].
-	switch d.peek() {
-	case '"':
-		s, err := d.str()
-		if err != nil {
-			return f, err
-		}
-		f.Name = string(s)
-	case '[':
-		d.pos++
-		t, err := d.str()
-		if err != nil {
-			return f, err
-		}
-		if err := d.expect(','); err != nil {
-			return f, err
-		}
-		n, err := d.str()
-		if err != nil {
-			return f, err
-		}
-		if err := d.expect(']'); err != nil {
-			return f, err
-		}
-		f.Title, f.Name = string(t), string(n)
-	default:
-		return f, d.errorf("descr field name must be a string or [title, name], found %s", d.describe())
-	}
-	if err := d.expect(','); err != nil {
-		return f, err
-	}
-	// Type: a typestr or a nested descr.
-	switch d.peek() {
-	case '"':
-		s, err := d.str()
-		if err != nil {
-			return f, err
-		}
-		f.Typestr = internTypestr(s)
-	case '[':
-		sub, err := d.descr(depth + 1)
-		if err != nil {
-			return f, err
-		}
-		f.Fields = sub
-	default:
-		return f, d.errorf("descr field %q type must be a typestr or a list of fields, found %s", f.Name, d.describe())
-	}
-	// Optional shape: a list of integers, or one integer (NumPy accepts
-	// both when building a dtype).
-	if d.peek() == ',' {
-		d.pos++
-		if c := d.peek(); c == '-' || (c >= '0' && c <= '9') {
-			v, err := d.int("descr field shape")
-			if err != nil {
-				return f, err
-			}
-			f.Shape = []int64{v}
-		} else {
-			sh, err := d.intList("descr field shape", ErrDescr)
-			if err != nil {
-				return f, err
-			}
-			if sh == nil {
-				return f, d.errorf("descr field %q shape must be a list of integers, found null", f.Name)
-			}
-			f.Shape = sh
-		}
-	}
-	if err := d.expect(']'); err != nil {
-		return f, err
-	}
-	return f, nil
-}
-
-// skip reads and discards one JSON value of any type (an unknown key's).
-func (d *decoder) skip(depth int) error {
-	if depth > maxJSONDepth {
-		return d.errorf("value nested deeper than %d", maxJSONDepth)
-	}
-	switch c := d.peek(); {
-	case c == '"':
-		_, err := d.str()
-		return err
-	case c == '{', c == '[':
-		closer := byte('}')
-		if c == '[' {
-			closer = ']'
-		}
-		d.pos++
-		if d.peek() == closer {
-			d.pos++
-			return nil
-		}
-		for {
-			if c == '{' {
-				if _, err := d.str(); err != nil {
-					return err
-				}
-				if err := d.expect(':'); err != nil {
-					return err
-				}
-			}
-			if err := d.skip(depth + 1); err != nil {
-				return err
-			}
-			n := d.peek()
-			d.pos++
-			if n == closer {
-				return nil
-			}
-			if n != ',' {
-				d.pos--
-				return d.errorf("expected ',' or %q, found %s", rune(closer), d.describe())
-			}
-		}
-	case c == '-' || (c >= '0' && c <= '9'):
-		_, _, err := d.number("value")
-		return err
-	case d.literal("true"), d.literal("false"), d.literal("null"):
-		return nil
-	}
-	return d.errorf("expected a JSON value, found %s", d.describe())
+	return out
 }

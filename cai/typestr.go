@@ -271,20 +271,6 @@ func (t Typestr) dataTypeError() error {
 	return fmt.Errorf("%w: typestr %q: kind %q has no %d-byte type", ErrUnsupported, orig, rune(t.Kind), t.Size)
 }
 
-// Common typestrs, shared so that decoding and encoding the usual types
-// does not allocate.
-var commonTypestrs = map[string]string{}
-
-func init() {
-	for _, s := range []string{
-		"|b1", "|i1", "|u1", "<i2", "<i4", "<i8", "<u2", "<u4", "<u8",
-		"<f2", "<f4", "<f8", "<c8", "<c16", "<V2", "|V1", "|V2", "|V4", "|V8",
-		"|V12", "|V16", "=f4", "=f8", "=i4", "=i8", "<i1", "<u1", "<b1",
-	} {
-		commonTypestrs[s] = s
-	}
-}
-
 // TypestrOf returns the typestr producers write for dt, the inverse of
 // Typestr.DataType, and for vector types (lanes > 1) the record descr that
 // describes them.

@@ -79,6 +79,10 @@ var table = []entry{
 	{name: "cuMemHostUnregister", args: "p:p"},
 	{name: "cuMemHostGetDevicePointer_v2", args: "pdptr:p p:p flags:u"},
 	{name: "cuMemGetAddressRange_v2", args: "pbase:o psize:o dptr:q"},
+	{name: "cuDeviceGetDefaultMemPool", args: "pool:o dev:i"},
+	{name: "cuMemPoolSetAttribute", args: "pool:h attr:i value:p"},
+	{name: "cuMemPoolGetAttribute", args: "pool:h attr:i value:p"},
+	{name: "cuMemPoolTrimTo", args: "pool:h keep:q"},
 
 	{name: "cuMemsetD8_v2", args: "dst:q value:u n:q"},
 	{name: "cuMemsetD32_v2", args: "dst:q value:u n:q"},

@@ -712,6 +712,87 @@ static dlb_ret dlb_cuMemGetAddressRange_v2_auto(uintptr_t gc, uintptr_t sc, uint
 	return dlb_cuMemGetAddressRange_v2_ctx(gc, sc, ctx, fn, dptr);
 }
 
+static dlb_ret dlb_cuDeviceGetDefaultMemPool(uintptr_t fn, int dev) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, int))fn)(&o0, dev);
+	res.o0 = o0;
+	return res;
+}
+static dlb_ret dlb_cuDeviceGetDefaultMemPool_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, int dev) {
+	void* prev;
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuDeviceGetDefaultMemPool(fn, dev);
+	dlb_leave(sc, prev);
+	return res;
+}
+static dlb_ret dlb_cuDeviceGetDefaultMemPool_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int dev) {
+	if (direct) {
+		dlb_ret res = dlb_cuDeviceGetDefaultMemPool(fn, dev);
+		if (res.r != 201) return res;
+	}
+	return dlb_cuDeviceGetDefaultMemPool_ctx(gc, sc, ctx, fn, dev);
+}
+
+static int dlb_cuMemPoolSetAttribute(uintptr_t fn, uintptr_t pool, int attr, void* value) {
+	return ((int (*)(void*, int, void*))fn)((void*)pool, attr, value);
+}
+static int dlb_cuMemPoolSetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t pool, int attr, void* value) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuMemPoolSetAttribute(fn, pool, attr, value);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuMemPoolSetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, int attr, void* value) {
+	if (direct) {
+		int r = dlb_cuMemPoolSetAttribute(fn, pool, attr, value);
+		if (r != 201) return r;
+	}
+	return dlb_cuMemPoolSetAttribute_ctx(gc, sc, ctx, fn, pool, attr, value);
+}
+
+static int dlb_cuMemPoolGetAttribute(uintptr_t fn, uintptr_t pool, int attr, void* value) {
+	return ((int (*)(void*, int, void*))fn)((void*)pool, attr, value);
+}
+static int dlb_cuMemPoolGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t pool, int attr, void* value) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuMemPoolGetAttribute(fn, pool, attr, value);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuMemPoolGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, int attr, void* value) {
+	if (direct) {
+		int r = dlb_cuMemPoolGetAttribute(fn, pool, attr, value);
+		if (r != 201) return r;
+	}
+	return dlb_cuMemPoolGetAttribute_ctx(gc, sc, ctx, fn, pool, attr, value);
+}
+
+static int dlb_cuMemPoolTrimTo(uintptr_t fn, uintptr_t pool, unsigned long long keep) {
+	return ((int (*)(void*, unsigned long long))fn)((void*)pool, keep);
+}
+static int dlb_cuMemPoolTrimTo_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t pool, unsigned long long keep) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuMemPoolTrimTo(fn, pool, keep);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuMemPoolTrimTo_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, unsigned long long keep) {
+	if (direct) {
+		int r = dlb_cuMemPoolTrimTo(fn, pool, keep);
+		if (r != 201) return r;
+	}
+	return dlb_cuMemPoolTrimTo_ctx(gc, sc, ctx, fn, pool, keep);
+}
+
 static int dlb_cuMemsetD8_v2(uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n) {
 	return ((int (*)(unsigned long long, unsigned int, unsigned long long))fn)(dst, value, n);
 }
@@ -2245,6 +2326,105 @@ func cuMemGetAddressRange_v2_auto(ctx uintptr, direct bool, dptr uint64) (uint64
 	}
 	res := C.dlb_cuMemGetAddressRange_v2_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.ulonglong(dptr))
 	return uint64(res.o0), uint64(res.o1), Result(res.r)
+}
+
+func cuDeviceGetDefaultMemPool(dev int32) (uint64, Result) {
+	fn := fns[sym_cuDeviceGetDefaultMemPool]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuDeviceGetDefaultMemPool(C.uintptr_t(fn), C.int(dev))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuDeviceGetDefaultMemPool_ctx(ctx uintptr, dev int32) (uint64, Result) {
+	fn := fns[sym_cuDeviceGetDefaultMemPool]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuDeviceGetDefaultMemPool_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.int(dev))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuDeviceGetDefaultMemPool_auto(ctx uintptr, direct bool, dev int32) (uint64, Result) {
+	fn := fns[sym_cuDeviceGetDefaultMemPool]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuDeviceGetDefaultMemPool_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.int(dev))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolSetAttribute(pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolSetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolSetAttribute(C.uintptr_t(fn), C.uintptr_t(pool), C.int(attr), value))
+}
+
+func cuMemPoolSetAttribute_ctx(ctx uintptr, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolSetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolSetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(pool), C.int(attr), value))
+}
+
+func cuMemPoolSetAttribute_auto(ctx uintptr, direct bool, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolSetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolSetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool), C.int(attr), value))
+}
+
+func cuMemPoolGetAttribute(pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolGetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolGetAttribute(C.uintptr_t(fn), C.uintptr_t(pool), C.int(attr), value))
+}
+
+func cuMemPoolGetAttribute_ctx(ctx uintptr, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolGetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolGetAttribute_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(pool), C.int(attr), value))
+}
+
+func cuMemPoolGetAttribute_auto(ctx uintptr, direct bool, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolGetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolGetAttribute_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool), C.int(attr), value))
+}
+
+func cuMemPoolTrimTo(pool uintptr, keep uint64) Result {
+	fn := fns[sym_cuMemPoolTrimTo]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolTrimTo(C.uintptr_t(fn), C.uintptr_t(pool), C.ulonglong(keep)))
+}
+
+func cuMemPoolTrimTo_ctx(ctx uintptr, pool uintptr, keep uint64) Result {
+	fn := fns[sym_cuMemPoolTrimTo]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolTrimTo_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(pool), C.ulonglong(keep)))
+}
+
+func cuMemPoolTrimTo_auto(ctx uintptr, direct bool, pool uintptr, keep uint64) Result {
+	fn := fns[sym_cuMemPoolTrimTo]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolTrimTo_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool), C.ulonglong(keep)))
 }
 
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {

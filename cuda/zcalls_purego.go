@@ -1183,6 +1183,144 @@ func cuMemGetAddressRange_v2_auto(ctx uintptr, direct bool, dptr uint64) (uint64
 	return cuMemGetAddressRange_v2_ctx(ctx, dptr)
 }
 
+func cuDeviceGetDefaultMemPool(dev int32) (uint64, Result) {
+	fn := fns[sym_cuDeviceGetDefaultMemPool]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(dev))
+	return o0, Result(int32(r))
+}
+
+func cuDeviceGetDefaultMemPool_ctx(ctx uintptr, dev int32) (uint64, Result) {
+	fn := fns[sym_cuDeviceGetDefaultMemPool]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(dev))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return o0, r
+}
+
+func cuDeviceGetDefaultMemPool_auto(ctx uintptr, direct bool, dev int32) (uint64, Result) {
+	if direct {
+		if o0, r := cuDeviceGetDefaultMemPool(dev); r != ErrInvalidContext {
+			return o0, r
+		}
+	}
+	return cuDeviceGetDefaultMemPool_ctx(ctx, dev)
+}
+
+func cuMemPoolSetAttribute(pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolSetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(attr), uintptr(value))
+	return Result(int32(r))
+}
+
+func cuMemPoolSetAttribute_ctx(ctx uintptr, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolSetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(attr), uintptr(value))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuMemPoolSetAttribute_auto(ctx uintptr, direct bool, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	if direct {
+		if r := cuMemPoolSetAttribute(pool, attr, value); r != ErrInvalidContext {
+			return r
+		}
+	}
+	return cuMemPoolSetAttribute_ctx(ctx, pool, attr, value)
+}
+
+func cuMemPoolGetAttribute(pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolGetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(attr), uintptr(value))
+	return Result(int32(r))
+}
+
+func cuMemPoolGetAttribute_ctx(ctx uintptr, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	fn := fns[sym_cuMemPoolGetAttribute]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(attr), uintptr(value))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuMemPoolGetAttribute_auto(ctx uintptr, direct bool, pool uintptr, attr int32, value unsafe.Pointer) Result {
+	if direct {
+		if r := cuMemPoolGetAttribute(pool, attr, value); r != ErrInvalidContext {
+			return r
+		}
+	}
+	return cuMemPoolGetAttribute_ctx(ctx, pool, attr, value)
+}
+
+func cuMemPoolTrimTo(pool uintptr, keep uint64) Result {
+	fn := fns[sym_cuMemPoolTrimTo]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(keep))
+	return Result(int32(r))
+}
+
+func cuMemPoolTrimTo_ctx(ctx uintptr, pool uintptr, keep uint64) Result {
+	fn := fns[sym_cuMemPoolTrimTo]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(keep))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuMemPoolTrimTo_auto(ctx uintptr, direct bool, pool uintptr, keep uint64) Result {
+	if direct {
+		if r := cuMemPoolTrimTo(pool, keep); r != ErrInvalidContext {
+			return r
+		}
+	}
+	return cuMemPoolTrimTo_ctx(ctx, pool, keep)
+}
+
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {
 	fn := fns[sym_cuMemsetD8_v2]
 	if fn == 0 {

@@ -38,6 +38,10 @@ const (
 	sym_cuMemHostUnregister
 	sym_cuMemHostGetDevicePointer_v2
 	sym_cuMemGetAddressRange_v2
+	sym_cuDeviceGetDefaultMemPool
+	sym_cuMemPoolSetAttribute
+	sym_cuMemPoolGetAttribute
+	sym_cuMemPoolTrimTo
 	sym_cuMemsetD8_v2
 	sym_cuMemsetD32_v2
 	sym_cuMemsetD8Async
@@ -113,6 +117,10 @@ var symNames = [numSyms][]string{
 	sym_cuMemHostUnregister:          {"cuMemHostUnregister"},
 	sym_cuMemHostGetDevicePointer_v2: {"cuMemHostGetDevicePointer_v2"},
 	sym_cuMemGetAddressRange_v2:      {"cuMemGetAddressRange_v2"},
+	sym_cuDeviceGetDefaultMemPool:    {"cuDeviceGetDefaultMemPool"},
+	sym_cuMemPoolSetAttribute:        {"cuMemPoolSetAttribute"},
+	sym_cuMemPoolGetAttribute:        {"cuMemPoolGetAttribute"},
+	sym_cuMemPoolTrimTo:              {"cuMemPoolTrimTo"},
 	sym_cuMemsetD8_v2:                {"cuMemsetD8_v2"},
 	sym_cuMemsetD32_v2:               {"cuMemsetD32_v2"},
 	sym_cuMemsetD8Async:              {"cuMemsetD8Async"},

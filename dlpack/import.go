@@ -102,7 +102,8 @@ func (im *Imported) FromLegacy(p unsafe.Pointer, dims []int64) error {
 // unknown flag bits, ndim outside 0..64, NULL shape with ndim > 0, negative
 // extents, NULL strides (legal before DLPack 1.2 and for ndim 0: compact
 // row-major), element count, total size and stride × extent overflow, NULL
-// data with elements, lanes != 1 (vector types are not supported), unknown
+// data with elements, lanes != 1 (vector types are not supported; sub-byte
+// lanes that fill one byte, PyTorch's float4_e2m1fn_x2, are), unknown
 // device type or dtype code/bits, a negative device id, and a byte_offset
 // or span that wraps the address space.
 func (h *Handle) TakeVersioned(p unsafe.Pointer, dims []int64) (Desc, Version, error) {
@@ -215,9 +216,9 @@ func describe(t *DLTensor, flags Flags, dims []int64, nullStridesOK bool) (Desc,
 		return Desc{}, fieldErr("dl_tensor.ndim", itoa(int64(ndim))+" is out of range 0.."+itoa(MaxNDim))
 	}
 	dt := t.DType
-	if dt.Lanes != 1 {
+	if dt.Lanes != 1 && !dt.PackedLanes() {
 		return Desc{}, fieldErr("dl_tensor.dtype.lanes", itoa(int64(dt.Lanes))+
-			" lanes: vector types are not supported (lanes must be 1)")
+			" lanes: vector types are not supported (lanes must be 1, or fill one byte with sub-byte lanes, as float4_e2m1fn_x2 does)")
 	}
 	if !dtypeOK(dt) {
 		if !dt.Code.Valid() {

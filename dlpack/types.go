@@ -285,10 +285,21 @@ func (t DataType) String() string {
 	default:
 		s = info.name + strconv.Itoa(int(t.Bits))
 	}
-	if t.Lanes != 1 {
+	switch {
+	case t.PackedLanes():
+		s += "_x" + strconv.Itoa(int(t.Lanes)) // PyTorch's name: float4_e2m1fn_x2
+	case t.Lanes != 1:
 		s += "x" + strconv.Itoa(int(t.Lanes))
 	}
 	return s
+}
+
+// PackedLanes reports whether t packs several sub-byte lanes into exactly
+// one byte: float4_e2m1fn_x2 (bits 4, lanes 2), as PyTorch 2.8+ exports its
+// torch.float4_e2m1fn_x2, or int4_x2. Such an element is one byte; it is no
+// vector type, and tensors of it are accepted wherever bytes are.
+func (t DataType) PackedLanes() bool {
+	return t.Lanes > 1 && t.Bits < 8 && int(t.Bits)*int(t.Lanes) == 8
 }
 
 // aliases are the other spellings users write for common types.
@@ -304,14 +315,30 @@ var aliases = map[string]DataType{
 
 // ParseDataType reads the names String writes ("float32", "bfloat16",
 // "bool", "complex64", "float8_e4m3fn", "float4_e2m1fn", "uint8",
-// "float32x4"), a "torch." or "numpy." prefix, and a few common aliases
-// ("half", "double", "f32").
+// "float32x4", "float4_e2m1fn_x2"), a "torch." or "numpy." prefix, and a
+// few common aliases ("half", "double", "f32").
 func ParseDataType(s string) (DataType, error) {
 	name := strings.ToLower(strings.TrimSpace(s))
 	for _, p := range []string{"torch.", "numpy.", "np.", "jnp.", "cupy.", "cp."} {
 		name = strings.TrimPrefix(name, p)
 	}
 	lanes := uint16(1)
+	if i := strings.LastIndex(name, "_x"); i > 0 && isDigits(name[i+2:]) {
+		// Packed sub-byte lanes, PyTorch's spelling: float4_e2m1fn_x2.
+		n, err := strconv.ParseUint(name[i+2:], 10, 16)
+		if err != nil || n < 2 {
+			return DataType{}, fmt.Errorf("dlpack: dtype %q: bad lane count %q", s, name[i+2:])
+		}
+		t, err := ParseDataType(name[:i])
+		if err != nil {
+			return DataType{}, err
+		}
+		t.Lanes = uint16(n)
+		if !t.PackedLanes() {
+			return DataType{}, fmt.Errorf("dlpack: dtype %q: %d lanes of %d bits do not fill one byte (the _xN suffix packs sub-byte lanes)", s, n, t.Bits)
+		}
+		return t, nil
+	}
 	if i := strings.LastIndexByte(name, 'x'); i > 0 && i < len(name)-1 && isDigits(name[i+1:]) && isDigit(name[i-1]) {
 		n, err := strconv.ParseUint(name[i+1:], 10, 16)
 		if err != nil || n == 0 {

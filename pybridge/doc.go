@@ -14,12 +14,17 @@
 //   - Tensors: NewTensor registers a zerocopy.View under a handle, Borrow
 //     and Return use it safely from any thread, CloseTensor drops it.
 //   - DLPack: Export answers a __dlpack__ request (versioned or legacy,
-//     dl_device, copy, and the consumer's stream, ordered by an event, never
-//     a device-wide sync); Import takes a DLManagedTensor[Versioned]* from
-//     Python, with the producer's deleter run holding the GIL (NumPy before
-//     1.25 needs it) and never after the interpreter has gone.
-//   - Go-side operations: Allocate (C heap or cuMemAlloc), Arange, Fill,
-//     Sum, CopyInto, CopyToDevice, on host and CUDA memory.
+//     dl_device, copy, and the consumer's stream, ordered after the write
+//     pending on the view by an event, never a device-wide sync); Import
+//     takes a DLManagedTensor[Versioned]* from Python, with the producer's
+//     deleter run holding the GIL (NumPy before 1.25 needs it) and never
+//     after the interpreter has gone; a CUDA import is pending on the work
+//     stream, a non-blocking stream of dlbridge's own that the producer was
+//     asked to order its writes before.
+//   - Operations on memory, each a zerocopy call: Allocate (C heap, the
+//     device's stream-ordered pool, the pinned pool), Arange, Fill, Sum,
+//     CopyInto and CopyToDevice (any devices, any strides, converting
+//     dtypes; on a stream of the caller's), PinMemory, pool statistics.
 //
 // The C parts (pyapi.c) use CPython functions looked up at run time with
 // dlsym, so the library links against no libpython and serves any CPython

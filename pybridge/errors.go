@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
@@ -58,7 +59,8 @@ func WithCode(code Code, err error) error {
 }
 
 // CodeOf is the code the fence reports for err: the outermost *Error's code,
-// ValueError for use of released memory (a closed tensor), RuntimeError for
+// ValueError for use of released memory or a closed view (a closed
+// tensor), MemoryError when the driver is out of memory, RuntimeError for
 // everything else, and OK for nil.
 func CodeOf(err error) Code {
 	if err == nil {
@@ -68,8 +70,20 @@ func CodeOf(err error) Code {
 	if errors.As(err, &e) && e.Code != OK {
 		return e.Code
 	}
-	if errors.Is(err, zerocopy.ErrReleased) {
+	if errors.Is(err, zerocopy.ErrReleased) || errors.Is(err, zerocopy.ErrClosed) {
 		return ValueError
 	}
+	if errors.Is(err, cuda.ErrOutOfMemory) {
+		return MemoryError
+	}
 	return RuntimeError
+}
+
+// engineErr gives an error of the engine (zerocopy, cuda) the code CodeOf
+// finds for it; nil stays nil.
+func engineErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return WithCode(CodeOf(err), err)
 }

@@ -13,18 +13,11 @@ import (
 	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
-// Tensor is what a tensor handle names: a view and the CUDA stream of the
-// last Go-side write to its memory that may still be running (0: none).
+// Tensor is what a tensor handle names: a view. The write that may still
+// be pending on its memory lives on the view (zerocopy.View.Stream).
 type Tensor struct {
-	View   *zerocopy.View
-	stream atomic.Uintptr
+	View *zerocopy.View
 }
-
-// Stream is the CUDA stream of the last pending Go-side write, 0 if none.
-func (t *Tensor) Stream() uintptr { return t.stream.Load() }
-
-// SetStream records that work queued on stream s writes this memory.
-func (t *Tensor) SetStream(s uintptr) { t.stream.Store(s) }
 
 // Return drops the reference Borrow took.
 func (t *Tensor) Return() { t.View.Owner().Release() }
@@ -33,11 +26,7 @@ var tensors Table[*Tensor]
 
 // NewTensor registers v under a new handle. The handle owns v: CloseTensor
 // closes it.
-func NewTensor(v *zerocopy.View) Handle {
-	t := &Tensor{View: v}
-	t.stream.Store(v.Stream())
-	return tensors.Add(t)
-}
+func NewTensor(v *zerocopy.View) Handle { return tensors.Add(&Tensor{View: v}) }
 
 // Borrow returns the tensor h names with a reference on its memory that
 // keeps it allocated, even if another thread closes h meanwhile, until
@@ -186,11 +175,27 @@ func checkConsumerStream(d dlpack.Device, req ExportRequest) error {
 	return nil
 }
 
-// orderBefore makes the consumer's stream wait for pending Go-side writes.
+// OrderBefore orders the write pending on t before stream consumer (a
+// CUstream handle; 1 and 2 the default streams), as an export to that
+// stream does; host tensors wait for the write instead.
+func OrderBefore(t *Tensor, consumer uintptr) error {
+	if consumer == 0 {
+		return Errorf(ValueError, "dlbridge: stream 0 is ambiguous for CUDA (use 1 for the legacy default stream, 2 for per-thread)")
+	}
+	return orderBefore(t, ExportRequest{HasStream: true, Stream: int64(consumer)})
+}
+
+// orderBefore orders the write pending on t before the consumer: on a
+// CUDA device its stream waits (by event: zerocopy.View.OrderBefore); a
+// host consumer cannot be ordered, so the host waits for the write.
 func orderBefore(t *Tensor, req ExportRequest) error {
-	pending := t.Stream()
-	if pending == 0 {
+	v := t.View
+	if v.Stream() == 0 {
 		return nil
+	}
+	d := v.Device()
+	if d.Type != dlpack.CUDA && d.Type != dlpack.CUDAManaged {
+		return engineErr(v.Synchronize())
 	}
 	consumer := uintptr(StreamLegacy) // None means the legacy default stream
 	if req.HasStream {
@@ -199,10 +204,7 @@ func orderBefore(t *Tensor, req ExportRequest) error {
 		}
 		consumer = uintptr(req.Stream)
 	}
-	if consumer == pending {
-		return nil
-	}
-	return streamWait(t.View.Device(), pending, consumer)
+	return engineErr(v.OrderBefore(consumer))
 }
 
 // exportView hands v out through zerocopy (flags READ_ONLY, IS_COPIED and
@@ -226,13 +228,25 @@ func exportView(v *zerocopy.View, versioned, copied bool) (unsafe.Pointer, error
 }
 
 // Import takes ownership of a DLManagedTensorVersioned* (versioned) or a
-// DLManagedTensor* handed over from C and returns a view of it. The
+// DLManagedTensor* handed over from C and returns a view of it; a CUDA
+// view's pending stream is our work stream, which the producer was asked
+// to order its writes before. The
 // producer's deleter runs exactly once: when the last view of the memory is
 // closed, or before Import returns an error (BufferError for a tensor that
 // does not validate). With gil set (a tensor that came from Python) the
 // deleter runs holding the GIL, and not at all after the interpreter has
 // finalized.
 func Import(p unsafe.Pointer, versioned, gil bool) (*zerocopy.View, error) {
+	return ImportOn(p, versioned, gil, 0)
+}
+
+// ImportOn is Import for a producer that ordered its writes before CUDA
+// stream pending (a CUstream; 1 and 2 the default streams) rather than our
+// work stream (0): the C exchange API's current work stream of the
+// producer, which no stream has waited for yet. The view's pending stream
+// is that stream: readers are ordered after it when they need it, nothing
+// waits at import.
+func ImportOn(p unsafe.Pointer, versioned, gil bool, pending uintptr) (*zerocopy.View, error) {
 	if p == nil {
 		return nil, Errorf(ValueError, "dlbridge: DLPack import of a NULL pointer")
 	}
@@ -265,6 +279,16 @@ func Import(p unsafe.Pointer, versioned, gil bool) (*zerocopy.View, error) {
 	if err != nil {
 		return nil, WithCode(BufferError, err)
 	}
+	if d := v.Device(); d.Type == dlpack.CUDA {
+		if pending != 0 {
+			v.SetStream(pending)
+		} else if s, err := zerocopy.WorkStream(int(d.ID)); err == nil {
+			// dlbridge's importers ask the producer to order its writes
+			// before our work stream (from_dlpack's stream=, or the exchange
+			// API's wait): that is the write pending on the view.
+			v.SetStream(s.Handle())
+		}
+	}
 	return v, nil
 }
 
@@ -279,15 +303,22 @@ func PyInit() bool { return C.dlb_py_init() != 0 }
 // is released, or before WrapPython returns an error. A nil obj wraps memory
 // nobody frees.
 func WrapPython(s zerocopy.Spec, obj unsafe.Pointer) (*zerocopy.View, error) {
-	var rel zerocopy.Releaser
-	if obj != nil {
-		rel = zerocopy.ReleaseFunc(func() { C.dlb_py_decref(obj) })
-	}
-	v, err := zerocopy.Wrap(s, zerocopy.NewOwner(rel, "python object"))
+	v, err := zerocopy.Wrap(s, PythonOwner(obj))
 	if err != nil {
 		return nil, WithCode(BufferError, err)
 	}
 	return v, nil
+}
+
+// PythonOwner returns an Owner holding one reference, whose release drops
+// obj, a PyObject* on which the caller holds a reference (holding the GIL,
+// taken if needed). A nil obj owns memory nobody frees.
+func PythonOwner(obj unsafe.Pointer) *zerocopy.Owner {
+	var rel zerocopy.Releaser
+	if obj != nil {
+		rel = zerocopy.ReleaseFunc(func() { C.dlb_py_decref(obj) })
+	}
+	return zerocopy.NewOwner(rel, "python object")
 }
 
 // PyDecRef drops a reference to a PyObject*, holding the GIL (taken if

@@ -18,12 +18,18 @@ done
 [ -d bench/bindcost ] && go build -ldflags="-s -w" -o "$G/bin/bindcost" ./bench/bindcost
 [ -d bench/bindcost ] && CGO_ENABLED=0 go build -tags nocgo -ldflags="-s -w" -o "$G/bin/bindcost.nocgo" ./bench/bindcost 2>/dev/null || true
 [ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/dlbridge" ./cmd/dlbridge
-# The c-shared library and the Python package exactly as the README builds them.
+# The c-shared library and the Python package exactly as the README builds them:
+# the wheel (abi3: installs on the device's Python 3.12 without Go) and, for
+# PYTHONPATH=$G/py, the package with its extension and library built in place.
 make -s lib
 cp build/libdlbridge.so "$G/"
+make -s wheel
+cp build/wheel/dlbridge-*.whl "$G/"
+make -s ext
 # A user's own c-shared library that ships dlbridge's ABI beside its functions.
 [ -d examples/userlib ] && go build -buildmode=c-shared -ldflags="-s -w" -o "$G/libuserlib.so" ./examples/userlib
 cp -r pybridge/python/. "$G/py/"
+rm -rf "$G/py/build" "$G/py"/*.egg-info
 find "$G/py" -name __pycache__ -prune -exec rm -rf {} +
 # C baselines compiled on the device with nvcc.
 [ -d bench/cuda ] && cp -r bench/cuda "$G/cuda-src"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root: bash build/gpu/run.sh [parts...]
-# parts: go py bench bw demo (default: all). Logs go to $OUT (at most 8 files come back).
+# parts: go py bench bw demo chain transfer (default: all). Logs go to $OUT (at most 8 files come back).
 G=build/gpu
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-parts=${*:-"go py bench bw demo"}
+parts=${*:-"go py bench bw demo chain transfer"}
 export DLBRIDGE_GPU=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 has() { [[ " $parts " == *" $1 "* ]]; }
@@ -15,7 +15,7 @@ if has go; then
   grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$OUT/gotest.log" | head -50
 fi
 if has py; then
-  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 400 python3 -m pytest -q -x -rs $G/py/tests > "$OUT/pytest.log" 2>&1
+  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 400 python3 -m pytest -q -rs $G/py/tests > "$OUT/pytest.log" 2>&1
   tail -15 "$OUT/pytest.log"
 fi
 if has bench; then
@@ -39,4 +39,16 @@ fi
 if has demo; then
   [ -d $G/examples ] && DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 120 bash $G/examples/demo.sh > "$OUT/demo.log" 2>&1
   tail -30 "$OUT/demo.log"
+fi
+if has chain; then
+  # Issue 8's chain matrix: producer -> dlbridge [-> dlbridge] -> consumer on other streams.
+  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 300 python3 $G/py/bench/chain_matrix.py > "$OUT/chain.log" 2>&1
+  echo "chain_matrix exit status $?" >> "$OUT/chain.log"
+  grep -E '^(==|chain_matrix|ctypes path)|WRONG' "$OUT/chain.log" | head -60
+fi
+if has transfer; then
+  # Transfers through dlbridge's public API next to torch and CuPy (issue 9).
+  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 300 python3 $G/py/bench/bench_transfer.py > "$OUT/transfer.log" 2>&1
+  echo "bench_transfer exit status $?" >> "$OUT/transfer.log"
+  tail -80 "$OUT/transfer.log"
 fi

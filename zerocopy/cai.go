@@ -46,8 +46,8 @@ func (v *View) ArrayInterface() (cai.Interface, error) {
 	if !v.device.Type.HostAccessible() {
 		return cai.Interface{}, fmt.Errorf("zerocopy: ArrayInterface: memory on %s is not host-accessible (use CUDAArrayInterface for device memory)", v.device)
 	}
-	if v.stream != 0 {
-		return cai.Interface{}, fmt.Errorf("zerocopy: ArrayInterface: the view has a pending write on stream %#x; call Synchronize before handing the memory to a host consumer", v.stream)
+	if h := v.Stream(); h != 0 {
+		return cai.Interface{}, fmt.Errorf("zerocopy: ArrayInterface: the view has a pending write on stream %#x; call Synchronize before handing the memory to a host consumer", h)
 	}
 	return v.caiExport(cai.Host, "ArrayInterface")
 }
@@ -55,8 +55,8 @@ func (v *View) ArrayInterface() (cai.Interface, error) {
 func (v *View) caiExport(kind cai.Kind, op string) (cai.Interface, error) {
 	l := cai.Layout{Ptr: v.ptr, DType: v.dtype, Shape: v.shape, Strides: v.strides,
 		ReadOnly: v.readOnly, Padded: v.padded}
-	if kind == cai.CUDA && v.stream != 0 {
-		l.Stream = cai.StreamHandle(v.stream)
+	if h := v.Stream(); kind == cai.CUDA && h != 0 {
+		l.Stream = cai.StreamHandle(h)
 	}
 	iface, err := cai.NewInterface(kind, l) // copies shape and strides
 	if err != nil {

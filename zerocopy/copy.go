@@ -176,6 +176,14 @@ const tile = 32
 
 // run copies the plan's elements of size is from s to d (no overlap).
 func (p *copyPlan) run(d, s unsafe.Pointer, is int64) {
+	p.walk(d, s, is, func(dl, sl int64) blockFunc { return blockCopier(d, s, is, dl, sl) })
+}
+
+// walk visits the plan's elements of size is, at d on the destination side
+// and s on the source side, in blocks: pick gets the innermost strides of
+// each side (dl, sl) and returns the function that handles one block. It is
+// zerocopy's one N-d loop: copies, fills, sums and conversions run on it.
+func (p *copyPlan) walk(d, s unsafe.Pointer, is int64, pick func(dl, sl int64) blockFunc) {
 	last := p.nd - 1
 	nl, dl, sl := p.shape[last], p.ds[last], p.ss[last]
 	// k is the dim walked in blocks together with last: the one where src
@@ -195,7 +203,7 @@ func (p *copyPlan) run(d, s unsafe.Pointer, is int64) {
 		nk, dk, sk = p.shape[k], p.ds[k], p.ss[k]
 		tk, tl = tile, tile
 	}
-	blk := blockCopier(d, s, is, dl, sl)
+	blk := pick(dl, sl)
 	var idx [dlpack.MaxNDim]int64
 	var doff, soff int64 // in elements
 	for {

@@ -25,18 +25,17 @@ var ErrWrongDevice = errors.New("zerocopy: view on the wrong device")
 
 // devState is what this package keeps per CUDA device: the retained
 // primary context (never released: it lives as long as the process, as in
-// PyTorch and CuPy), a non-blocking stream for copies given no stream, and
-// a pool of events for ordering streams.
+// PyTorch and CuPy), the work stream (non-blocking) for work given no
+// stream, and a pool of idle events for ordering streams.
 type devState struct {
 	ctx    *cuda.Context
 	stream *cuda.Stream // made on first use
 
 	mu     sync.Mutex
-	events map[uintptr]*cuda.Event // by stream handle: see eventFor
-
-	evmu sync.Mutex // serializes record+wait pairs on the events
+	events []*cuda.Event // idle events (pending.go)
 
 	kernelState // the built-in kernels, loaded on first use
+	poolState   // the stream-ordered memory pool's settings (pool.go)
 }
 
 var devices struct {
@@ -79,44 +78,6 @@ func (d *devState) defaultStream() (*cuda.Stream, error) {
 	return d.stream, nil
 }
 
-// eventFor returns the device's event for marking positions in stream h
-// (no timing), making it on first use. One event per stream: recording it
-// again on the same stream only moves the mark later, so a wait queued
-// before and a record made after never confuse each other, whatever the
-// driver does with re-recorded events. CUDA itself needs no more than one
-// event per device here (a wait orders after the record current when it is
-// queued, and evmu keeps each record and its wait together); the per-stream
-// events guarded against the fake driver of testdata/fakecuda, which until
-// it was fixed drained the event's latest record's stream instead. They
-// are harmless and stay.
-func (d *devState) eventFor(h uintptr) (*cuda.Event, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if e := d.events[h]; e != nil {
-		return e, nil
-	}
-	e, err := d.ctx.NewEvent(0)
-	if err != nil {
-		return nil, err
-	}
-	if d.events == nil {
-		d.events = make(map[uintptr]*cuda.Event)
-	}
-	if len(d.events) >= maxStreamEvents {
-		// Streams come and go; drop the marks of the others (an event
-		// destroyed while a wait on it is queued is still honoured).
-		for k, old := range d.events {
-			old.Destroy()
-			delete(d.events, k)
-		}
-	}
-	d.events[h] = e
-	return e, nil
-}
-
-// maxStreamEvents bounds the per-stream events a device keeps.
-const maxStreamEvents = 256
-
 // streamOwners remembers which device each stream handle this package has
 // seen belongs to, so that a pending write recorded on a host view can be
 // waited for with an event of the right context.
@@ -132,100 +93,6 @@ func noteStream(s *cuda.Stream) {
 	}
 }
 
-// pendingDevices lists the devices whose context stream handle h may
-// belong to: the one it was last seen with, then fallback (the device of
-// the view that recorded it), then device 0.
-func pendingDevices(h uintptr, fallback *devState) []*devState {
-	var out []*devState
-	if o, ok := streamOwners.Load(h); ok {
-		if d, err := device(o.(int)); err == nil {
-			out = append(out, d)
-		}
-	}
-	if fallback != nil && (len(out) == 0 || out[0] != fallback) {
-		out = append(out, fallback)
-	}
-	if len(out) == 0 {
-		if d, err := device(0); err == nil {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// waitPending makes s wait for the write pending on stream handle h
-// (recorded by a view), with an event: cuEventRecord on h, then
-// cuStreamWaitEvent on s. It never blocks the host nor the device.
-func waitPending(s *cuda.Stream, h uintptr, fallback *devState) error {
-	if h == 0 || h == s.Handle() {
-		return nil
-	}
-	var err error
-	for _, d := range pendingDevices(h, fallback) {
-		if err = d.recordWait(s, h); err == nil {
-			return nil
-		}
-	}
-	if err == nil {
-		err = fmt.Errorf("no CUDA device")
-	}
-	return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
-}
-
-// recordWait records d's event for stream h (a stream of d's context) and
-// makes s wait for it.
-func (d *devState) recordWait(s *cuda.Stream, h uintptr) error {
-	d.evmu.Lock() // record and wait as a pair: nobody moves the mark in between
-	defer d.evmu.Unlock()
-	e, err := d.eventFor(h)
-	if err != nil {
-		return err
-	}
-	if err := e.Record(d.ctx.WrapStream(h)); err != nil {
-		return err
-	}
-	return s.WaitEvent(e)
-}
-
-// syncPending blocks until the write pending on stream handle h is done.
-func syncPending(h uintptr, fallback *devState) error {
-	if h == 0 {
-		return nil
-	}
-	var err error
-	for _, d := range pendingDevices(h, fallback) {
-		if err = d.ctx.WrapStream(h).Synchronize(); err == nil {
-			return nil
-		}
-	}
-	return fmt.Errorf("zerocopy: waiting for the write pending on stream %#x: %w", h, err)
-}
-
-// Synchronize blocks until the write pending on v (View.Stream) is done and
-// clears it, so that host code may read v's memory (pinned or managed host
-// memory after an asynchronous copy into it). A view with nothing pending
-// returns at once. It synchronizes that one stream, never the device.
-func (v *View) Synchronize() error {
-	if err := v.check(); err != nil {
-		return err
-	}
-	if v.stream == 0 {
-		return nil
-	}
-	var d *devState
-	if v.device.Type == dlpack.CUDA || v.device.Type == dlpack.CUDAManaged {
-		var err error
-		if d, err = device(int(v.device.ID)); err != nil {
-			return err
-		}
-	}
-	if err := syncPending(v.stream, d); err != nil {
-		return err
-	}
-	v.stream = 0
-	return nil
-}
-
 // cudaMemory frees device memory from AllocCUDA / AllocCUDAAsync exactly
 // once (the Owner guarantees that). For stream-ordered memory it frees in
 // stream order after every stream a copy used it on.
@@ -239,11 +106,10 @@ type cudaMemory struct {
 	used []uintptr // other streams copies used the memory on
 }
 
-func (m *cudaMemory) noteUse(s *cuda.Stream) {
-	if m.async == nil {
+func (m *cudaMemory) noteUse(h uintptr) {
+	if m.async == nil || h == 0 {
 		return
 	}
-	h := s.Handle()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h == m.async.Handle() {
@@ -264,8 +130,9 @@ func (m *cudaMemory) noteUse(s *cuda.Stream) {
 func (m *cudaMemory) Release() {
 	if m.async != nil && m.async.Handle() != 0 {
 		var err error
+		dev := dlpack.CUDADevice(m.d.ctx.Device().Ordinal())
 		for _, h := range m.used {
-			if err = waitPending(m.async, h, m.d); err != nil {
+			if err = waitStream(m.async, h, -1, dev); err != nil {
 				break
 			}
 		}
@@ -349,7 +216,9 @@ func AllocCUDA(dev int, dt dlpack.DataType, shape ...int64) (*View, error) {
 }
 
 // AllocCUDAAsync allocates device memory in stream order on s
-// (cuMemAllocAsync) on s's device: the memory may be used by work on s at
+// (cuMemAllocAsync) from the default memory pool of s's device, which keeps
+// up to a quarter of the device's memory reserved after frees so that the
+// next allocations cost microseconds (DevicePoolUsage): the memory may be used by work on s at
 // once and by other streams once they wait for s, which CopyCUDA does by
 // itself (the view's Stream is s). When the last view is closed the memory
 // is freed in stream order on s (cuMemFreeAsync), after the work of every
@@ -371,6 +240,11 @@ func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, 
 	spec := Spec{Device: dlpack.CUDADevice(ord), DType: dt, Shape: shape}
 	if nb == 0 {
 		return Wrap(spec, NewOwner(nil, "cuda async alloc (empty)"))
+	}
+	// Set the pool's release threshold once; without it the driver hands
+	// freed memory back at every synchronization.
+	if _, err := d.memPool(); err != nil && !errors.Is(err, cuda.ErrMissingSymbol) {
+		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync: %w", err)
 	}
 	p, err := s.MemAllocAsync(nb)
 	if err != nil {

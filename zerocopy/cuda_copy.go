@@ -176,11 +176,10 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 	noteStream(s)
 
 	// Order the copy after the writes pending on both views.
-	srcDev, dstDev := stateFor(sk, sord), stateFor(dk, dord)
-	if err := waitPending(s, src.stream, orState(srcDev, d)); err != nil {
+	if err := src.waitOn(s); err != nil {
 		return 0, err
 	}
-	if err := waitPending(s, dst.stream, orState(dstDev, d)); err != nil {
+	if err := dst.waitOn(s); err != nil {
 		return 0, err
 	}
 	noteUse(src, s)
@@ -207,34 +206,22 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 	if err != nil {
 		return used, fmt.Errorf("zerocopy: CopyCUDA %v <- %v: %w", dst, src, err)
 	}
-	if dk == memPageable {
-		dst.stream = 0 // the data is there: hostDevice waited for it
+	if dk == memPageable || x.synced {
+		dst.setPending(nil) // the data is there: the copy waited for it
 	} else {
-		dst.stream = s.Handle()
+		dst.setPending(s)
 	}
 	return used, nil
 }
 
-func stateFor(k memKind, ord int) *devState {
-	if k == memDevice || k == memManaged {
-		if d, err := device(ord); err == nil {
-			return d
-		}
-	}
-	return nil
-}
-
-func orState(a, b *devState) *devState {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
 // noteUse tells stream-ordered memory that s uses it, so its free waits.
-func noteUse(v *View, s *cuda.Stream) {
+func noteUse(v *View, s *cuda.Stream) { noteUseHandle(v, s.Handle()) }
+
+// noteUseHandle is noteUse for a stream handle (1 and 2 included: the
+// default streams of the memory's device).
+func noteUseHandle(v *View, h uintptr) {
 	if m, ok := v.owner.rel.(*cudaMemory); ok {
-		m.noteUse(s)
+		m.noteUse(h)
 	}
 }
 
@@ -242,8 +229,8 @@ func noteUse(v *View, s *cuda.Stream) {
 // their pending writes.
 func (c *Copier) hostToHost(dst, src *View) error {
 	for _, v := range [...]*View{src, dst} {
-		if v.stream != 0 {
-			if err := syncPending(v.stream, nil); err != nil {
+		if p := v.pend.Load(); p != nil {
+			if err := p.wait(v.device); err != nil {
 				return fmt.Errorf("zerocopy: CopyCUDA: %w", err)
 			}
 		}
@@ -251,7 +238,7 @@ func (c *Copier) hostToHost(dst, src *View) error {
 	if err := Copy(dst, src); err != nil {
 		return err
 	}
-	dst.stream = 0
+	dst.setPending(nil)
 	return nil
 }
 
@@ -271,6 +258,7 @@ type xfer struct {
 	shape    []int64
 	is       int64
 	dst, src side
+	synced   bool // the copy synchronized s after its last write: nothing is pending
 }
 
 // maxDMACalls bounds the driver calls one copy may issue for a layout the
@@ -476,10 +464,10 @@ func (x *xfer) peer(dord, sord int) error {
 		return err
 	}
 	// x.s already waited for the pending writes; hand its position over.
-	if err := waitPending(ss, x.s.Handle(), x.d); err != nil {
+	if err := orderAfter(ss, x.s); err != nil {
 		return err
 	}
-	if err := waitPending(ds, x.s.Handle(), x.d); err != nil {
+	if err := orderAfter(ds, x.s); err != nil {
 		return err
 	}
 	pack := xfer{c: x.c, d: sd, s: ss, shape: x.shape, is: x.is,
@@ -487,7 +475,7 @@ func (x *xfer) peer(dord, sord int) error {
 	if err := pack.deviceToDevice(); err != nil {
 		return err
 	}
-	if err := waitPending(ds, ss.Handle(), sd); err != nil {
+	if err := orderAfter(ds, ss); err != nil {
 		return err
 	}
 	if err := ds.MemcpyPeerAsync(cuda.DevicePtr(t2), dd.ctx, cuda.DevicePtr(t1), sd.ctx, nb); err != nil {
@@ -498,10 +486,11 @@ func (x *xfer) peer(dord, sord int) error {
 	if err := unpack.deviceToDevice(); err != nil {
 		return err
 	}
-	if err := waitPending(x.s, ds.Handle(), dd); err != nil {
+	if err := orderAfter(x.s, ds); err != nil {
 		return err
 	}
 	// The temporaries are freed on return: wait for the work using them.
+	x.synced = true
 	return x.s.Synchronize()
 }
 

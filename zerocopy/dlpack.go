@@ -55,11 +55,14 @@ type (
 // has already run when the error comes back, so the caller never frees p.
 //
 // The view is Foreign, ReadOnly when READ_ONLY is set, Copied when
-// IS_COPIED is set, Padded when IS_SUBBYTE_TYPE_PADDED is set, and has no
-// pending stream (the DLPack stream handshake happens before the producer
-// hands p over). Up to dlpack.InlineDims dimensions cost one allocation.
-func FromDLPackVersioned(p unsafe.Pointer) (*View, error) {
-	v, err := fromDLPack(p, false)
+// IS_COPIED is set, Padded when IS_SUBBYTE_TYPE_PADDED is set. Its pending
+// stream is the one the producer was asked to order its writes before
+// (__dlpack__(stream=s): pass PendingOn(s)), none without the option; every
+// reader on another stream is then ordered after it (OrderBefore, CopyCUDA,
+// the CUDA Array Interface). Up to dlpack.InlineDims dimensions cost one
+// allocation, two with a pending stream.
+func FromDLPackVersioned(p unsafe.Pointer, opts ...ImportOption) (*View, error) {
+	v, err := fromDLPack(p, false, opts)
 	if err != nil {
 		return nil, fmt.Errorf("zerocopy: FromDLPackVersioned: %w", err)
 	}
@@ -69,15 +72,25 @@ func FromDLPackVersioned(p unsafe.Pointer) (*View, error) {
 // FromDLPackLegacy is FromDLPackVersioned for a legacy DLManagedTensor*:
 // no version, no flags (the view is writable), NULL strides mean compact
 // row-major.
-func FromDLPackLegacy(p unsafe.Pointer) (*View, error) {
-	v, err := fromDLPack(p, true)
+func FromDLPackLegacy(p unsafe.Pointer, opts ...ImportOption) (*View, error) {
+	v, err := fromDLPack(p, true, opts)
 	if err != nil {
 		return nil, fmt.Errorf("zerocopy: FromDLPackLegacy: %w", err)
 	}
 	return v, nil
 }
 
-func fromDLPack(p unsafe.Pointer, legacy bool) (*View, error) {
+// ImportOption adjusts what FromDLPackVersioned and FromDLPackLegacy make
+// (a plain value: importing stays allocation-free without one).
+type ImportOption struct{ stream uintptr }
+
+// PendingOn says the producer was asked to order its writes before CUDA
+// stream s (a CUstream handle; 1 and 2 the legacy and per-thread default
+// streams): the DLPack stream handshake. The imported view's pending stream
+// is s (0: none).
+func PendingOn(s uintptr) ImportOption { return ImportOption{stream: s} }
+
+func fromDLPack(p unsafe.Pointer, legacy bool, opts []ImportOption) (*View, error) {
 	var (
 		v    *View
 		o    *Owner
@@ -135,6 +148,11 @@ func fromDLPack(p unsafe.Pointer, legacy bool) (*View, error) {
 	v.padded = d.Flags&dlpack.FlagSubbyteTypePadded != 0
 	v.foreign = true
 	v.owner = o
+	for _, opt := range opts {
+		if opt.stream != 0 {
+			v.pend.Store(newPending(opt.stream, -1))
+		}
+	}
 	trackLeak(v)
 	return v, nil
 }
@@ -171,8 +189,8 @@ func (r *ownerRef) Release() { _ = (*Owner)(r).Release() }
 // released view is refused.
 //
 // ToDLPack does not order streams: when v.Stream() has a pending write,
-// the caller makes the consumer's stream wait for it first (the
-// __dlpack__(stream=...) handshake).
+// the caller makes the consumer's stream wait for it first with
+// OrderBefore (the __dlpack__(stream=...) handshake).
 func (v *View) ToDLPack(opts ...DLPackOption) (unsafe.Pointer, error) {
 	flags := v.dlpackFlags()
 	for _, o := range opts {

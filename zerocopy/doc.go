@@ -82,6 +82,38 @@
 //	defer in.Close() // runs the deleter, which drops dev's reference
 //	iface, err := in.CUDAArrayInterface() // data, shape, typestr, stream
 //
+// Want states what a function needs of a tensor (dtype, number of
+// dimensions or shape, order, device, writability); Want.Check returns one
+// *MismatchError that names every mismatch.
+//
+// # Errors and panics
+//
+// What may have come from outside the program is reported with an error,
+// never a panic: foreign tensors (a DLPack or CAI layout, dtype, device or
+// pointer), user data, and every argument through which a user's request
+// arrives: shapes, indices, dims, steps, dtypes, devices, and views the
+// user has already closed. pybridge hands Python users' arguments straight
+// to these calls, so zerocopy treats them all as outside values: Slice with
+// step 0 or Select past the end returns an error where gonum's mat would
+// panic. An error names the operation, the value and the limit, and wraps a
+// sentinel or has a type where callers need to tell cases apart
+// (ErrReleased, ErrWrongDevice, ErrNotInAllocation, cuda.ErrNoDriver,
+// *MismatchError).
+//
+// Panics are for programming errors in the Go code that calls zerocopy,
+// mistakes no input can cause: a Want that contradicts itself (NDim
+// against Shape, an extent below -1), a nil *View (most calls dereference
+// it; a few, such as CopyCUDA, check it and return an error) and broken
+// internal invariants. Such a panic is a bug to fix, not a condition to
+// handle. (Closing a View while another goroutine uses it is a data race,
+// which nothing checks.)
+//
+// Nothing panics across the C boundary: every exported entry point of
+// pybridge that can fail runs inside pybridge.Fence. There an error becomes
+// its code, which Python raises as the matching exception (BufferError,
+// TypeError, ValueError, ...), and a panic becomes RuntimeError ("internal
+// error", with the panic's site).
+//
 // SetLeakReporter turns on a safety net that reports views the garbage
 // collector finds unreachable but never closed, and releases them. It is off
 // by default and costs nothing then.

@@ -53,7 +53,8 @@ func (v *View) finish(nv *View, ptr uintptr) (*View, error) {
 	}
 	nv.ptr, nv.device, nv.dtype = ptr, v.device, v.dtype
 	nv.readOnly, nv.copied, nv.padded, nv.foreign = v.readOnly, v.copied, v.padded, v.foreign
-	nv.stream, nv.owner = v.stream, v.owner
+	nv.pend.Store(v.pend.Load())
+	nv.owner = v.owner
 	trackLeak(nv)
 	return nv, nil
 }

@@ -342,7 +342,7 @@ func (x *xfer) hostDevice(host *View, path TransferPath) (TransferPath, error) {
 		}
 		// Registered Go or C memory is done with on return, like any
 		// pageable memory.
-		return PathDirect, x.s.Synchronize()
+		return PathDirect, x.sync()
 	}
 
 	// Pageable memory.
@@ -373,17 +373,17 @@ func (x *xfer) hostDevice(host *View, path TransferPath) (TransferPath, error) {
 		if err := dma(x.s, &p, x.dst.base, x.src.base, x.dst.kind, x.src.kind); err != nil {
 			return PathRegistered, err
 		}
-		return PathRegistered, x.s.Synchronize()
+		return PathRegistered, x.sync()
 	case PathDirect:
 		if p.nd == 0 {
 			if err := linear(x.s, x.dst.base+uintptr(p.doff), x.src.base+uintptr(p.soff), p.run, x.dst.kind, x.src.kind); err != nil {
 				return PathDirect, err
 			}
-			return PathDirect, x.s.Synchronize()
+			return PathDirect, x.sync()
 		}
 		if pitched {
 			if err := dma(x.s, &p, x.dst.base, x.src.base, x.dst.kind, x.src.kind); err == nil {
-				return PathDirect, x.s.Synchronize()
+				return PathDirect, x.sync()
 			}
 			// The driver refused pitched copies of pageable memory: stage.
 		}
@@ -876,6 +876,13 @@ func UnregisterHost(v *View) error {
 		return nil
 	}
 	return unregister(r)
+}
+
+// sync waits for the copy's stream: the copy is complete, nothing stays
+// pending on the destination.
+func (x *xfer) sync() error {
+	x.synced = true
+	return x.s.Synchronize()
 }
 
 // bytes is the number of bytes an xfer moves (elements times item size).

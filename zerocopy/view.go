@@ -1,6 +1,7 @@
 package zerocopy
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -41,7 +42,7 @@ type View struct {
 	copied   bool
 	padded   bool
 	foreign  bool
-	stream   uintptr
+	pend     atomic.Pointer[pendingWrite] // the write queued on a stream, nil if none (pending.go)
 	owner    *Owner
 	closed   atomic.Bool
 	leak     *leakRecord // the leak safety net, when SetLeakReporter was on at creation
@@ -78,8 +79,8 @@ func newView(s Spec, owner *Owner) (*View, error) {
 		strides = append([]int64(nil), s.Strides...)
 	}
 	v := &View{ptr: s.Ptr, device: s.Device, dtype: s.DType, shape: shape, strides: strides,
-		readOnly: s.ReadOnly, copied: s.Copied, padded: s.Padded, foreign: s.Foreign,
-		stream: s.Stream, owner: owner}
+		readOnly: s.ReadOnly, copied: s.Copied, padded: s.Padded, foreign: s.Foreign, owner: owner}
+	v.pend.Store(newPending(s.Stream, -1))
 	trackLeak(v)
 	return v, nil
 }
@@ -179,13 +180,6 @@ func (v *View) Padded() bool { return v.padded }
 // Foreign reports whether the memory came through DLPack or CAI.
 func (v *View) Foreign() bool { return v.foreign }
 
-// Stream is the CUDA stream of the last pending write, 0 if none.
-func (v *View) Stream() uintptr { return v.stream }
-
-// SetStream records that work on stream s writes this memory; readers on
-// other streams must wait for it.
-func (v *View) SetStream(s uintptr) { v.stream = s }
-
 // Owner returns the owner keeping the memory alive.
 func (v *View) Owner() *Owner { return v.owner }
 
@@ -204,6 +198,10 @@ func (v *View) ByteSpan() (lo, hi int64) {
 	return lo, hi
 }
 
+// ErrClosed is the error (matched with errors.Is) for the use of a view
+// after its Close.
+var ErrClosed = errors.New("zerocopy: use of a closed view")
+
 // Close drops this view's reference on the owner. Closing twice is a no-op.
 func (v *View) Close() error {
 	if !v.closed.CompareAndSwap(false, true) {
@@ -216,7 +214,7 @@ func (v *View) Close() error {
 // check returns an error when the view is closed or its memory released.
 func (v *View) check() error {
 	if v.closed.Load() {
-		return fmt.Errorf("zerocopy: use of a closed view")
+		return ErrClosed
 	}
 	if !v.owner.Alive() {
 		return fmt.Errorf("%w: %s", ErrReleased, v.owner.label)
@@ -234,8 +232,8 @@ func (v *View) derive(ptr uintptr, shape, strides []int64) (*View, error) {
 		return nil, err
 	}
 	nv := &View{ptr: ptr, device: v.device, dtype: v.dtype, shape: shape, strides: strides,
-		readOnly: v.readOnly, copied: v.copied, padded: v.padded, foreign: v.foreign,
-		stream: v.stream, owner: v.owner}
+		readOnly: v.readOnly, copied: v.copied, padded: v.padded, foreign: v.foreign, owner: v.owner}
+	nv.pend.Store(v.pend.Load())
 	trackLeak(nv)
 	return nv, nil
 }

@@ -18,6 +18,7 @@ package main
 import "C"
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/dlbridge/dlbridge/dlpack"
@@ -45,12 +46,17 @@ func userlib_normalize_rows(h C.uint64_t, out *C.uint64_t) C.int32_t {
 	}))
 }
 
+// rowsWant is what normalizeRows takes: rows of float32 it scales in place,
+// one after the other in memory. Any memory the CPU can touch will do
+// (pageable, pinned or managed): HostSlice checks that.
+var rowsWant = zerocopy.Want{DType: dlpack.Float32Type, NDim: 2, Order: zerocopy.COrder, Writable: true}
+
 // normalizeRows is plain Go over the tensor's memory: no copy in, none out.
 func normalizeRows(v *zerocopy.View) (*zerocopy.View, error) {
-	if v.DType() != dlpack.Float32Type || v.NDim() != 2 {
-		return nil, pybridge.Errorf(pybridge.TypeError, "userlib: normalize_rows wants a 2-d float32 tensor, got %s%v", v.DType(), v.Shape())
+	if err := rowsWant.Check(v); err != nil { // every mismatch in one message
+		return nil, pybridge.WithCode(pybridge.TypeError, fmt.Errorf("userlib: normalize_rows: %w", err))
 	}
-	xs, err := zerocopy.HostSlice[float32](v) // C-contiguous, writable host memory
+	xs, err := zerocopy.HostSlice[float32](v)
 	if err != nil {
 		return nil, pybridge.WithCode(pybridge.BufferError, err)
 	}

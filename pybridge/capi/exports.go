@@ -112,9 +112,10 @@ func publish(v *zerocopy.View, out *C.uint64_t, info *C.dlb_info) error {
 // borrow is pybridge.Borrow for a C handle.
 func borrow(h C.uint64_t) (*pybridge.Tensor, error) { return pybridge.Borrow(pybridge.Handle(h)) }
 
-// dlb_work_stream is the CUDA stream Go-side operations on device id use
-// (1, the legacy default stream, unless configured otherwise); importers
-// pass it to __dlpack__(stream=...) so the producer orders its work first.
+// dlb_work_stream is the CUDA stream Go-side operations on device id use, a
+// non-blocking stream of dlbridge's own (1, the legacy default stream, only
+// when the device cannot be used); importers pass it to
+// __dlpack__(stream=...) so the producer orders its work first.
 //
 //export dlb_work_stream
 func dlb_work_stream(id C.int32_t) C.int64_t { return C.int64_t(pybridge.WorkStream(int32(id))) }
@@ -164,7 +165,7 @@ func dlb_info_get(h C.uint64_t, info *C.dlb_info) C.int32_t {
 			return err
 		}
 		defer t.Return()
-		fillInfo(t.View, t.Stream(), info)
+		fillInfo(t.View, t.View.Stream(), info)
 		return nil
 	})
 }
@@ -189,7 +190,7 @@ func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, 
 		if err != nil {
 			return err
 		}
-		*out = p
+		*out = guardExport(p, versioned != 0)
 		return nil
 	})
 }
@@ -205,31 +206,50 @@ func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, in
 	})
 }
 
+// dlb_import_on is dlb_import for a versioned tensor from a C exchange
+// API producer whose current work stream is stream (0 from the producer
+// means the legacy default stream): the tensor's pending write is on that
+// stream, ordered before each reader when it needs it, so nothing waits at
+// import (dlb_wait_stream + dlb_import make our work stream wait at once).
+//
+//export dlb_import_on
+func dlb_import_on(mt unsafe.Pointer, gil C.int32_t, stream C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		s := uintptr(stream)
+		if s == 0 {
+			s = uintptr(pybridge.StreamLegacy)
+		}
+		v, err := pybridge.ImportOn(mt, true, gil != 0, s)
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
 // dlb_from_memory wraps memory described by __cuda_array_interface__
-// (kind 0) or __array_interface__ (kind 1) fields, validated by package cai.
+// (kind 0) or __array_interface__ (kind 1) fields through zerocopy.FromCAI.
 // strides are in bytes (NULL: C-contiguous). pyobj is a PyObject* on which
-// the caller took a reference for the view to own (NULL: none). For CUDA
-// with a stream, our work stream waits for the producer's stream.
+// the caller took a reference for the view to own (NULL: none). A CUDA
+// interface's stream becomes the view's pending stream: nothing waits at
+// import, every reader is ordered after it.
 //
 //export dlb_from_memory
 func dlb_from_memory(kind C.int32_t, ptr C.uint64_t, readonly C.int32_t, typestr *C.char, ndim C.int32_t,
 	shape, strides *C.int64_t, version C.int32_t, hasStream C.int32_t, stream C.int64_t, hasMask C.int32_t,
 	devType, devID C.int32_t, pyobj unsafe.Pointer, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		pyOwned := pyobj
-		defer func() {
-			if pyOwned != nil { // not handed to a view: give the reference back
-				pybridge.PyDecRef(pyOwned)
-			}
-		}()
+		owner := pybridge.PythonOwner(pyobj) // drops the reference when the memory is released
 		sh, err := int64s(shape, ndim)
 		if err != nil {
+			owner.Release()
 			return err
 		}
 		ci := cai.Interface{Kind: cai.Kind(kind), Shape: sh, Typestr: C.GoString(typestr),
 			Data: cai.Data{Ptr: uintptr(ptr), ReadOnly: readonly != 0}, Version: int(version)}
 		if strides != nil {
 			if ci.Strides, err = int64s(strides, ndim); err != nil {
+				owner.Release()
 				return err
 			}
 		}
@@ -240,14 +260,7 @@ func dlb_from_memory(kind C.int32_t, ptr C.uint64_t, readonly C.int32_t, typestr
 			ci.Mask = &cai.Interface{}
 		}
 		if err := ci.Validate(); err != nil {
-			return caiError(err)
-		}
-		dt, err := ci.DataType()
-		if err != nil {
-			return caiError(err)
-		}
-		est, err := ci.ElementStrides()
-		if err != nil {
+			owner.Release()
 			return caiError(err)
 		}
 		dev := device(devType, devID)
@@ -258,20 +271,14 @@ func dlb_from_memory(kind C.int32_t, ptr C.uint64_t, readonly C.int32_t, typestr
 			dev.ID = 0
 			if n, _ := ci.NumElements(); n > 0 {
 				if dev.ID, err = pybridge.PointerDevice(uintptr(ptr)); err != nil {
+					owner.Release()
 					return err
 				}
 			}
 		}
-		if !ci.Stream.IsNone() && dev.Type == dlpack.CUDA {
-			if err := pybridge.WaitForProducer(dev, ci.Stream.Handle); err != nil {
-				return err
-			}
-		}
-		v, err := pybridge.WrapPython(zerocopy.Spec{Ptr: uintptr(ptr), Device: dev, DType: dt, Shape: sh, Strides: est,
-			ReadOnly: readonly != 0, Foreign: true}, pyOwned)
-		pyOwned = nil // WrapPython owns it now, also on error
+		v, err := zerocopy.FromCAI(ci, dev, owner) // releases owner on error
 		if err != nil {
-			return err
+			return caiError(err)
 		}
 		return publish(v, out, info)
 	})
@@ -370,8 +377,27 @@ func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
 }
 
 //export dlb_copy
-func dlb_copy(dst, src C.uint64_t) C.int32_t {
+func dlb_copy(dst, src C.uint64_t) C.int32_t { return dlb_copy_on(dst, src, 0, 0) }
+
+// copyOptions reads the stream arguments of copy_ and to: stream 0 is the
+// work stream of the device involved.
+func copyOptions(stream C.int64_t, nonBlocking C.int32_t) (pybridge.CopyOptions, error) {
+	if stream < 0 {
+		return pybridge.CopyOptions{}, pybridge.Errorf(pybridge.ValueError, "dlbridge: stream %d is not a CUDA stream handle", int64(stream))
+	}
+	return pybridge.CopyOptions{Stream: uintptr(stream), NonBlocking: nonBlocking != 0}, nil
+}
+
+// dlb_copy_on is copy_(src, non_blocking=, stream=): stream 0 means the
+// work stream. Without non_blocking the copy is complete on return.
+//
+//export dlb_copy_on
+func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C.int32_t {
 	return fence(func() error {
+		opts, err := copyOptions(stream, nonBlocking)
+		if err != nil {
+			return err
+		}
 		d, err := borrow(dst)
 		if err != nil {
 			return err
@@ -382,24 +408,115 @@ func dlb_copy(dst, src C.uint64_t) C.int32_t {
 			return err
 		}
 		defer s.Return()
-		return pybridge.CopyInto(d, s)
+		return pybridge.CopyInto(d, s, opts)
 	})
 }
 
 //export dlb_to
 func dlb_to(h C.uint64_t, devType, devID C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return dlb_to_on(h, devType, devID, 0, 0, out, info)
+}
+
+// dlb_to_on is to(device, non_blocking=, stream=): a new tensor on the
+// device (stream 0: the work stream).
+//
+//export dlb_to_on
+func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBlocking C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		opts, err := copyOptions(stream, nonBlocking)
+		if err != nil {
+			return err
+		}
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		v, err := pybridge.CopyToDevice(t.View, device(devType, devID), opts)
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+// dlb_order_before orders the write pending on h before stream (a
+// CUstream; 1 and 2 the default streams): that stream's later work waits
+// for it, by event. For producers that hand out h without __dlpack__'s
+// stream handshake, such as the C exchange API's
+// managed_tensor_from_py_object_no_sync, whose consumer orders itself after
+// dlb_work_stream only: they call this with the work stream first.
+//
+//export dlb_order_before
+func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
 	return fence(func() error {
 		t, err := borrow(h)
 		if err != nil {
 			return err
 		}
 		defer t.Return()
-		v, err := pybridge.CopyToDevice(t.View, device(devType, devID))
+		return pybridge.OrderBefore(t, uintptr(stream))
+	})
+}
+
+// dlb_pin_memory is Tensor.pin_memory(): a copy in page-locked host memory.
+//
+//export dlb_pin_memory
+func dlb_pin_memory(h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		v, err := pybridge.PinMemory(t)
 		if err != nil {
 			return err
 		}
 		return publish(v, out, info)
 	})
+}
+
+// dlb_is_pinned sets *out to 1 when h's memory is page-locked host memory.
+//
+//export dlb_is_pinned
+func dlb_is_pinned(h C.uint64_t, out *C.int32_t) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		*out = 0
+		if pybridge.IsPinned(t) {
+			*out = 1
+		}
+		return nil
+	})
+}
+
+// dlb_pool_stats writes the pinned pool's cached, in-use and limit bytes
+// and the stream-ordered pool of CUDA device dev (reserved, used; -1 when
+// unknown) into out[0..4].
+//
+//export dlb_pool_stats
+func dlb_pool_stats(dev C.int32_t, out *C.int64_t) C.int32_t {
+	return fence(func() error {
+		if out == nil {
+			return pybridge.Errorf(pybridge.ValueError, "dlbridge: NULL out pointer")
+		}
+		p := pybridge.Pools(int(dev))
+		o := unsafe.Slice((*int64)(unsafe.Pointer(out)), 5) // the caller's array of 5
+		o[0], o[1], o[2], o[3], o[4] = p.PinnedCached, p.PinnedInUse, p.PinnedLimit, p.DeviceReserved, p.DeviceUsed
+		return nil
+	})
+}
+
+// dlb_set_pinned_pool_limit sets the bytes the pinned pool may hold.
+//
+//export dlb_set_pinned_pool_limit
+func dlb_set_pinned_pool_limit(n C.int64_t) C.int32_t {
+	return fence(func() error { return pybridge.SetPinnedPoolLimit(int64(n)) })
 }
 
 // dlb_index applies a basic index (ints, normalized slices, newaxis) to h

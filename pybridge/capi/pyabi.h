@@ -1,95 +1,52 @@
-// The few pieces of CPython's C ABI that pyext.c uses, declared here instead
-// of including Python.h: the library is built once, without Python headers,
-// and loaded by any CPython 3.9+ with the GIL (the default build). Every
-// struct below has had this layout in every CPython 3.x; the functions are
-// looked up in the running interpreter with dlsym.
+// The table of libdlbridge functions that the CPython extension
+// dlbridge._core (pybridge/python/src/_core.c) calls. The extension does not
+// link against libdlbridge: importing dlbridge must not start the Go runtime.
+// The Python package loads the library at its first use and hands the
+// extension the address that dlb_pyext_table() returns.
+//
+// No CPython declarations live here: the extension compiles against the
+// interpreter's Python.h, the library against none.
 #ifndef DLBRIDGE_PYABI_H
 #define DLBRIDGE_PYABI_H
 
-#include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
-#include <sys/types.h>
 
-typedef ssize_t Py_ssize_t;
-typedef struct _typeobject PyTypeObject; // opaque
+#include "capi.h"
+#include "pyapi.h"
 
-// The object header of the GIL build: refcount then type (3.12 made the
-// refcount a union of the same size).
-typedef struct _object {
-	Py_ssize_t ob_refcnt;
-	PyTypeObject *ob_type;
-} PyObject;
-
-#define DLB_Py_TYPE(o) (((PyObject *)(o))->ob_type)
+// Bumped when a field changes meaning; fields are only ever appended (size
+// says how many the library has).
+#define DLB_PYEXT_API_VERSION 1
 
 typedef struct {
-	const char *ml_name;
-	void *ml_meth;
-	int ml_flags;
-	const char *ml_doc;
-} PyMethodDef;
+	uint32_t version; // DLB_PYEXT_API_VERSION
+	uint32_t size;    // sizeof(dlb_pyext_api) of the library
+	const char *(*last_error)(void);
+	int32_t (*info_get)(uint64_t h, dlb_info *info);
+	int32_t (*close)(uint64_t h);
+	int32_t (*export_)(uint64_t h, int32_t versioned, int32_t has_stream, int64_t stream, int32_t has_device,
+			   int32_t dev_type, int32_t dev_id, int32_t copy_mode, void **out);
+	int32_t (*import_)(void *mt, int32_t versioned, int32_t gil, uint64_t *out, dlb_info *info);
+	int32_t (*wait_stream)(int32_t dev_id, int64_t producer);
+	int32_t (*alloc_export)(int32_t ndim, int64_t *shape, uint8_t code, uint8_t bits, uint16_t lanes,
+				int32_t dev_type, int32_t dev_id, void **out);
+	int64_t (*work_stream)(int32_t dev_id);
+	void (*call_deleter)(void *mt, int versioned);
+	// The extension's own DLPack exports (no Go call): made, still alive.
+	// dlb_stats adds them to Go's counts.
+	_Atomic int64_t *fast_made;
+	_Atomic int64_t *fast_live;
+	// Non-zero in a process forked after the library was loaded: the Go
+	// runtime did not survive the fork, so nothing may call into it there.
+	const _Atomic int *forked;
+	// Order the write pending on a handle before a stream (dlb_order_before).
+	int32_t (*order_before)(uint64_t h, int64_t stream);
+	// Import a versioned tensor whose pending write is on stream (dlb_import_on).
+	int32_t (*import_on)(void *mt, int32_t gil, int64_t stream, uint64_t *out, dlb_info *info);
+} dlb_pyext_api;
 
-#define METH_VARARGS 0x0001
-#define METH_KEYWORDS 0x0002
-#define METH_NOARGS 0x0004
-#define METH_O 0x0008
-#define METH_FASTCALL 0x0080
-
-typedef PyObject *(*dlb_getter)(PyObject *, void *);
-typedef int (*dlb_setter)(PyObject *, PyObject *, void *);
-
-typedef struct {
-	const char *name;
-	dlb_getter get;
-	dlb_setter set;
-	const char *doc;
-	void *closure;
-} PyGetSetDef;
-
-typedef struct {
-	int slot;
-	void *pfunc;
-} PyType_Slot;
-
-typedef struct {
-	const char *name;
-	int basicsize;
-	int itemsize;
-	unsigned int flags;
-	PyType_Slot *slots;
-} PyType_Spec;
-
-typedef struct {
-	void *buf;
-	PyObject *obj;
-	Py_ssize_t len;
-	Py_ssize_t itemsize;
-	int readonly;
-	int ndim;
-	char *format;
-	Py_ssize_t *shape;
-	Py_ssize_t *strides;
-	Py_ssize_t *suboffsets;
-	void *internal;
-} Py_buffer;
-
-// typeslots.h
-#define Py_bf_getbuffer 1
-#define Py_bf_releasebuffer 2
-#define Py_tp_dealloc 52
-#define Py_tp_doc 56
-#define Py_tp_methods 64
-#define Py_tp_new 65
-#define Py_tp_getset 73
-#define Py_tp_free 74
-
-#define Py_TPFLAGS_BASETYPE (1UL << 10)
-#define Py_TPFLAGS_HAVE_VERSION_TAG (1UL << 18)
-
-// Buffer request flags.
-#define PyBUF_WRITABLE 0x0001
-#define PyBUF_FORMAT 0x0004
-#define PyBUF_ND 0x0008
-#define PyBUF_STRIDES (0x0010 | PyBUF_ND)
+// dlb_pyext_table returns the library's table (static, never freed).
+const dlb_pyext_api *dlb_pyext_table(void);
 
 #endif

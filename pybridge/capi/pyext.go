@@ -3,9 +3,12 @@ package capi
 /*
 #cgo CFLAGS: -I${SRCDIR}/..
 #include <stdint.h>
-#include "capi.h"
+#include "pyabi.h"
 
 void dlb_fast_stats(int64_t *made, int64_t *live);
+void dlb_guard_init(uintptr_t versioned, uintptr_t legacy);
+void dlb_guarded_deleter_versioned(dlb_DLManagedTensorVersioned *mt);
+void dlb_guarded_deleter_legacy(dlb_DLManagedTensor *mt);
 */
 import "C"
 
@@ -16,9 +19,9 @@ import (
 	"github.com/dlbridge/dlbridge/pybridge"
 )
 
-// The Go entry points of the CPython fast path (pyext.c). The fast path
-// itself is C: it is loaded by the Python package through dlb_pyext_init
-// (with the GIL held) and falls back to these and the other exports.
+// The Go entry points of the CPython extension dlbridge._core, which calls
+// them through the table of pyext.c (dlb_pyext_table), beside the other
+// exports of this package.
 
 // dlb_wait_stream makes our work stream on CUDA device id wait for the
 // work queued so far on a producer's stream (0 and 1: the legacy default).
@@ -50,11 +53,14 @@ func dlb_alloc_export(ndim C.int32_t, shape *C.int64_t, code, bits C.uint8_t, la
 			return err
 		}
 		defer v.Close() // the export keeps its own reference
-		p, err := pybridge.Export(&pybridge.Tensor{View: v}, pybridge.ExportRequest{Versioned: true})
+		// The exchange API's consumer orders itself after our current work
+		// stream, on which the allocation is pending: no stream to wait here.
+		p, err := pybridge.Export(&pybridge.Tensor{View: v}, pybridge.ExportRequest{Versioned: true,
+			HasStream: true, Stream: pybridge.StreamNoSync})
 		if err != nil {
 			return err
 		}
-		*out = p
+		*out = guardExport(p, true)
 		return nil
 	})
 }
@@ -64,4 +70,30 @@ func fastStats() (made, live int64) {
 	var m, l C.int64_t
 	C.dlb_fast_stats(&m, &l)
 	return int64(m), int64(l)
+}
+
+func init() {
+	C.dlb_guard_init(C.uintptr_t(dlpack.DeleterPtr()), C.uintptr_t(dlpack.LegacyDeleterPtr()))
+}
+
+// guardExport points the deleter of p, a DLPack tensor pybridge.Export
+// just made (not yet handed to anyone), at the C deleter of pyext.c that
+// calls Go's unless the process is a child forked after the library was
+// loaded, where the Go runtime is gone. The address of p does not change:
+// Go still recognises its own tensor when it comes back.
+func guardExport(p unsafe.Pointer, versioned bool) unsafe.Pointer {
+	if versioned {
+		// p is a DLManagedTensorVersioned that only this thread knows yet.
+		m := (*dlpack.DLManagedTensorVersioned)(p)
+		if m.Deleter == dlpack.DeleterPtr() {
+			m.Deleter = uintptr(unsafe.Pointer(C.dlb_guarded_deleter_versioned))
+		}
+		return p
+	}
+	// p is a DLManagedTensor that only this thread knows yet.
+	m := (*dlpack.DLManagedTensor)(p)
+	if m.Deleter == dlpack.LegacyDeleterPtr() {
+		m.Deleter = uintptr(unsafe.Pointer(C.dlb_guarded_deleter_legacy))
+	}
+	return p
 }

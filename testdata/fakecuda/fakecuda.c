@@ -52,7 +52,15 @@
  *     does the same from the environment at cuInit. FAKECUDA_INIT_ERROR=code
  *     makes cuInit fail.
  *   - fakecuda_calls(fn) counts calls per entry point, for tests that check
- *     how many driver calls an operation made.
+ *     how many driver calls an operation made; fakecuda_order_log lists the
+ *     event records and stream waits in order (which stream waited for a
+ *     record on which), so tests can check that the right waits are issued.
+ *   - fakecuda_guard(base, n, mask) makes every write by an executed
+ *     operation to a masked byte count (fakecuda_guard_hits): tests check
+ *     that writes to a strided view leave the gaps between its elements alone.
+ *   - Memory pools: cuDeviceGetDefaultMemPool gives one pool per device;
+ *     cuMemAllocAsync counts as used in it, freed bytes stay reserved up to
+ *     the release threshold (accounting only: memory is not reused).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -155,6 +163,7 @@ typedef struct alloc {
     fctx *ctx;
     unsigned long long id;
     int free_pending;
+    int async; /* from cuMemAllocAsync: counted in the device's pool */
 } alloc;
 
 static alloc *allocs;
@@ -193,6 +202,7 @@ typedef struct fevent {
     fctx *ctx;
     unsigned int flags;
     unsigned long long rec_gen, done_gen, stream_id;
+    uintptr_t rec_handle; /* the stream handle the latest record was queued on, as the caller gave it */
     int recorded;
     struct timespec t;
 } fevent;
@@ -214,7 +224,7 @@ struct ffunc {
 
 /* Handle registry: every handle given out is looked up here before use, so
  * a garbage, freed or wrong-kind handle is CUDA_ERROR_INVALID_HANDLE, not a crash. */
-enum { H_STREAM = 1, H_EVENT, H_MODULE, H_FUNC };
+enum { H_STREAM = 1, H_EVENT, H_MODULE, H_FUNC, H_POOL };
 typedef struct { void *p; int kind; } handle;
 static handle *handles;
 static int nhandles, caphandles;
@@ -248,6 +258,23 @@ static int ncounters;
 typedef struct { char name[64]; int code; int after; int active; } injection;
 static injection injections[64];
 static int ninjections;
+
+/* The ordering log: every cuEventRecord (kind 'r': the stream) and every
+ * cuStreamWaitEvent on a recorded event (kind 'w': the waiting stream and the
+ * stream of the record it waits for), as stream handles the caller passed
+ * (0, 1, 2 for the implicit streams). Cleared with the call counters. */
+typedef struct { int kind; uintptr_t stream, on; } orderlog;
+static orderlog olog[4096];
+static int nolog;
+
+static void log_order(int kind, uintptr_t stream, uintptr_t on) {
+    if (nolog < (int)(sizeof olog / sizeof olog[0])) {
+        olog[nolog].kind = kind;
+        olog[nolog].stream = stream;
+        olog[nolog].on = on;
+        nolog++;
+    }
+}
 
 static void count_call(const char *fn) {
     for (int i = 0; i < ncounters; i++)
@@ -360,6 +387,36 @@ static fevent *event_by_id(unsigned long long id) {
 }
 
 static int exec_op(op *o);
+
+/* The write guard (fakecuda_guard): bytes of one range that no executed
+ * operation may write; each guarded byte written counts as a hit. */
+static uintptr_t guard_base;
+static size_t guard_n;
+static unsigned char *guard_mask;
+static long guard_hits;
+
+static void guard_write(uintptr_t dst, size_t n) {
+    if (!guard_mask || dst >= guard_base + guard_n || dst + n <= guard_base) return;
+    uintptr_t a = dst < guard_base ? guard_base : dst;
+    uintptr_t b = dst + n > guard_base + guard_n ? guard_base + guard_n : dst + n;
+    for (uintptr_t x = a; x < b; x++) guard_hits += guard_mask[x - guard_base];
+}
+
+/* The default memory pool of each device: allocations of cuMemAllocAsync
+ * count as used; freed bytes stay reserved up to the release threshold
+ * (the fake does not reuse them: it only keeps the accounting). */
+typedef struct fpool {
+    int dev;
+    unsigned long long threshold, used, cached;
+} fpool;
+static fpool pools[MAXDEV];
+
+static void pool_release(int dev, size_t n) {
+    fpool *p = &pools[dev];
+    p->used -= n;
+    p->cached += n;
+    if (p->cached > p->threshold) p->cached = p->threshold;
+}
 
 static void step(fstream *s) {
     op *o = s->head;
@@ -532,6 +589,7 @@ static int run_kernel(op *o) {
         if (p % 4) return 716; /* misaligned */
         float *f = (float *)p;
         uint32_t *u = (uint32_t *)p;
+        guard_write(p, 4 * n);
         for (size_t i = 0; i < n; i++) {
             switch (o->kernel) {
             case KN_FILL: f[i] = f32(P[2]); break;
@@ -564,8 +622,10 @@ static int run_kernel(op *o) {
         if (!kernel_can_touch(o->ctx, src + slo, (size_t)(shi - slo) + es)) return CUDA_ERROR_ILLEGAL_ADDRESS;
         if (dst % es || src % es) return 716;
         for (unsigned long long r = 0; r < rows; r++)
-            for (unsigned long long c = 0; c < cols; c++)
+            for (unsigned long long c = 0; c < cols; c++) {
+                guard_write(dst + r * drs + c * dcs, es);
                 memcpy((void *)(dst + r * drs + c * dcs), (const void *)(src + r * srs + c * scs), es);
+            }
         return 0;
     }
     }
@@ -606,6 +666,7 @@ static int exec_copy3d(const CUDA_MEMCPY3D *m) {
             uintptr_t t = side_addr(m->dstMemoryType, m->dstHost, m->dstDevice, m->dstXInBytes, m->dstY + j, m->dstZ + k, m->dstPitch, m->dstHeight);
             if (m->srcMemoryType != 1 && !in_alloc(s, m->WidthInBytes)) return CUDA_ERROR_ILLEGAL_ADDRESS;
             if (m->dstMemoryType != 1 && !in_alloc(t, m->WidthInBytes)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+            guard_write(t, m->WidthInBytes);
             memmove((void *)t, (const void *)s, m->WidthInBytes);
         }
     return 0;
@@ -626,15 +687,18 @@ static int exec_op(op *o) {
         uintptr_t src = o->buf ? (uintptr_t)o->buf : o->src;
         if (o->src_dev && !in_alloc(o->src, o->n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
         if (o->dst_dev && !in_alloc(o->dst, o->n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+        guard_write(o->dst, o->n);
         memmove((void *)o->dst, (const void *)src, o->n);
         return 0;
     }
     case OP_MEMSET8:
         if (!in_alloc(o->dst, o->n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+        guard_write(o->dst, o->n);
         memset((void *)o->dst, (int)(o->value & 0xff), o->n);
         return 0;
     case OP_MEMSET32: {
         if (!in_alloc(o->dst, 4 * o->n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+        guard_write(o->dst, 4 * o->n);
         uint32_t *p = (uint32_t *)o->dst;
         for (size_t i = 0; i < o->n; i++) p[i] = o->value;
         return 0;
@@ -654,7 +718,10 @@ static int exec_op(op *o) {
         return 0;
     case OP_FREE: {
         alloc *a = find_alloc(o->dst);
-        if (a && a->base == o->dst) del_alloc(a);
+        if (a && a->base == o->dst) {
+            if (a->async) pool_release(a->dev, a->size);
+            del_alloc(a);
+        }
         return 0;
     }
     case OP_COPY3D:
@@ -1006,7 +1073,69 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *stream) {
     fctx *c;
     int r = resolve(stream, &s, &c);
     if (r) RETURN(r);
-    RETURN(dev_alloc(c, p, n, K_DEVICE));
+    r = dev_alloc(c, p, n, K_DEVICE);
+    if (r) RETURN(r);
+    find_alloc((uintptr_t)*p)->async = 1;
+    fpool *pl = &pools[c->dev];
+    pl->used += n;
+    pl->cached = pl->cached > n ? pl->cached - n : 0; /* served from reserved memory first */
+    RETURN(0);
+}
+
+static fpool *pool_of(void *h) {
+    for (int i = 0; i < MAXDEV; i++)
+        if ((void *)&pools[i] == h && i < ndev) return &pools[i];
+    return NULL;
+}
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) {
+    ENTER("cuDeviceGetDefaultMemPool");
+    NEED_INIT();
+    if (!pool) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (d < 0 || d >= ndev) RETURN(CUDA_ERROR_INVALID_DEVICE);
+    pools[d].dev = d;
+    *pool = &pools[d];
+    RETURN(0);
+}
+
+enum { POOL_RELEASE_THRESHOLD = 4, POOL_RESERVED_CURRENT = 5, POOL_USED_CURRENT = 7 };
+
+EXPORT CUresult cuMemPoolSetAttribute(void *h, int attr, void *value) {
+    ENTER("cuMemPoolSetAttribute");
+    NEED_INIT();
+    fpool *p = pool_of(h);
+    if (!p) RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!value) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (attr != POOL_RELEASE_THRESHOLD) RETURN(CUDA_ERROR_INVALID_VALUE);
+    p->threshold = *(unsigned long long *)value;
+    if (p->cached > p->threshold) p->cached = p->threshold;
+    RETURN(0);
+}
+
+EXPORT CUresult cuMemPoolGetAttribute(void *h, int attr, void *value) {
+    ENTER("cuMemPoolGetAttribute");
+    NEED_INIT();
+    fpool *p = pool_of(h);
+    if (!p) RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!value) RETURN(CUDA_ERROR_INVALID_VALUE);
+    unsigned long long *v = value;
+    switch (attr) {
+    case POOL_RELEASE_THRESHOLD: *v = p->threshold; break;
+    case POOL_RESERVED_CURRENT: *v = p->used + p->cached; break;
+    case POOL_USED_CURRENT: *v = p->used; break;
+    default: RETURN(CUDA_ERROR_INVALID_VALUE);
+    }
+    RETURN(0);
+}
+
+EXPORT CUresult cuMemPoolTrimTo(void *h, size_t keep) {
+    ENTER("cuMemPoolTrimTo");
+    NEED_INIT();
+    fpool *p = pool_of(h);
+    if (!p) RETURN(CUDA_ERROR_INVALID_HANDLE);
+    unsigned long long room = keep > p->used ? keep - p->used : 0;
+    if (p->cached > room) p->cached = room;
+    RETURN(0);
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, void *stream) {
@@ -1358,6 +1487,7 @@ EXPORT CUresult cuStreamWaitEvent(void *h, void *ev, unsigned int flags) {
     int r = resolve(h, &s, &c);
     if (r) RETURN(r);
     if (!e->recorded) RETURN(0);
+    log_order('w', (uintptr_t)h, e->rec_handle);
     op *o = new_op(OP_WAIT);
     o->ev_id = e->id;
     o->gen = e->rec_gen;
@@ -1437,6 +1567,8 @@ EXPORT CUresult cuEventRecord(void *h, void *stream) {
     e->recorded = 1;
     e->rec_gen++;
     e->stream_id = s ? s->id : 0;
+    e->rec_handle = (uintptr_t)stream;
+    log_order('r', (uintptr_t)stream, 0);
     op *o = new_op(OP_RECORD);
     o->ev_id = e->id;
     o->gen = e->rec_gen;
@@ -1858,7 +1990,50 @@ EXPORT long fakecuda_calls(const char *fn) {
 EXPORT void fakecuda_reset_calls(void) {
     pthread_mutex_lock(&mu);
     ncounters = 0;
+    nolog = 0;
     pthread_mutex_unlock(&mu);
+}
+
+/* fakecuda_guard guards the n bytes at base whose mask byte is 1: every
+ * such byte an executed operation writes (copies, memsets, kernels) counts a
+ * hit. It replaces the previous guard (n == 0: none) and returns 0. */
+EXPORT int fakecuda_guard(uintptr_t base, size_t n, const unsigned char *mask) {
+    pthread_mutex_lock(&mu);
+    free(guard_mask);
+    guard_mask = NULL;
+    guard_base = base;
+    guard_n = n;
+    guard_hits = 0;
+    if (n && mask) {
+        guard_mask = malloc(n);
+        memcpy(guard_mask, mask, n);
+    }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* fakecuda_guard_hits is the number of guarded bytes written so far. */
+EXPORT long fakecuda_guard_hits(void) {
+    pthread_mutex_lock(&mu);
+    long n = guard_hits;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+/* fakecuda_order_log copies up to n entries of the ordering log (see
+ * log_order) since the last fakecuda_reset_calls into out, three words
+ * each: kind ('r' or 'w'), stream, and for a wait the stream of the awaited
+ * record; it returns the number of entries logged. */
+EXPORT int fakecuda_order_log(unsigned long long *out, int n) {
+    pthread_mutex_lock(&mu);
+    int k = nolog;
+    for (int i = 0; i < k && i < n; i++) {
+        out[3 * i] = (unsigned long long)olog[i].kind;
+        out[3 * i + 1] = olog[i].stream;
+        out[3 * i + 2] = olog[i].on;
+    }
+    pthread_mutex_unlock(&mu);
+    return k;
 }
 
 /* fakecuda_live_allocations counts live allocations of a kind (0: all;

@@ -11,10 +11,20 @@ PyTorch, CuPy, NumPy, JAX, Numba or cuda.core come in the same ways::
     x = torch.from_dlpack(t)                             # so does PyTorch
     back = dlbridge.from_dlpack(torch.ones(3))           # and back, zero-copy
 
-The library (libdlbridge.so, built from Go) is found through the
-DLBRIDGE_LIB environment variable, next to this package, or in the source
-checkout's build/ directory.
+The library (libdlbridge.so, built from Go, installed inside this package)
+is loaded at the first call that needs it, not at import: a process that
+imports dlbridge and never uses it never starts the Go runtime. DLBRIDGE_LIB
+overrides which library is loaded.
+
+The Go runtime does not survive fork(): in a child forked after the library
+was loaded, dlbridge raises RuntimeError (use multiprocessing's 'spawn' or
+'forkserver' start method, as for CUDA in PyTorch). Tensors pickle by value
+(their bytes, dtype, shape and device), so they can be sent to such workers.
 """
+
+import copyreg as _copyreg
+import ctypes as _ctypes
+
 
 from ._tensor import (
     Tensor,
@@ -25,17 +35,24 @@ from ._tensor import (
     debug_stats,
     empty,
     from_dlpack,
+    set_pinned_pool_limit,
     zeros,
 )
-from . import _lib
+from ._pointer import from_pointer
+from ._stream import Event, Stream, synchronize
+from . import _dtypes, _lib
 
 __version__ = "0.1.0"
 
-#: The path of the loaded libdlbridge.so.
-library_path = _lib.path
-
-#: Whether the CPython fast path of the library is in use (else pure ctypes).
+#: Whether the CPython extension dlbridge._core is in use (else pure ctypes).
 fast_path = _lib.core is not None
+
+
+def __getattr__(name):
+    if name == "library_path":
+        # The path of the loaded libdlbridge.so (loading it if needed).
+        return _lib.path
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def library():
@@ -60,7 +77,42 @@ def check(rc):
     _lib.check(rc)
 
 
+def _reduce(t):
+    """Pickle a Tensor by value: its bytes (C order), dtype, shape and
+    device. Memory cannot be shared with another process through pickle: the
+    receiver gets a copy (on the same device), made by Go on its side."""
+    host = t if t.device == "cpu" else t.to("cpu")
+    if not host.is_contiguous():
+        host = host.clone()
+    code, bits, lanes = _dtypes.parse(t.dtype)
+    nbytes = host.nbytes if bits >= 8 else (host.size * bits * lanes + 7) // 8
+    data = _ctypes.string_at(host.data_ptr(), nbytes) if nbytes else b""
+    return _rebuild, (data, t.dtype, t.shape, t.device)
+
+
+class _Bytes:
+    """Host memory of a bytearray described by __array_interface__."""
+
+    def __init__(self, buf, shape, typestr):
+        self.buf = buf
+        addr = _ctypes.addressof((_ctypes.c_char * len(buf)).from_buffer(buf))
+        self.__array_interface__ = {"data": (addr, False), "shape": shape, "typestr": typestr,
+                                    "version": 3}
+
+
+def _rebuild(data, dtype, shape, device):
+    if not data:
+        return empty(shape, dtype, device)
+    typestr = _dtypes.typestr(*_dtypes.parse(dtype), False)
+    with asarray(_Bytes(bytearray(data), tuple(shape), typestr)) as src:
+        return src.to(device, copy=True)
+
+
+_copyreg.pickle(Tensor, _reduce)
+
 __all__ = [
+    "Event",
+    "Stream",
     "Tensor",
     "arange",
     "asarray",
@@ -69,6 +121,9 @@ __all__ = [
     "debug_stats",
     "empty",
     "from_dlpack",
+    "from_pointer",
+    "set_pinned_pool_limit",
+    "synchronize",
     "zeros",
     "check",
     "from_handle",

@@ -1,10 +1,22 @@
 """Loading libdlbridge.so and declaring its C ABI for ctypes.
 
-The library is looked up, in order: the DLBRIDGE_LIB environment variable, a
-libdlbridge.so next to this package, then build/libdlbridge.so of the source
-checkout this package sits in. No compiler is involved at any point.
+Nothing is loaded when dlbridge is imported: the library, and the Go runtime
+in it, start at the first call that needs them (load(), reached through this
+module's __getattr__ for every name that needs the library, PEP 562). A
+process that never uses dlbridge never starts Go, and can fork freely.
+
+The library is looked up, in order: the DLBRIDGE_LIB environment variable
+(an override), the libdlbridge.so installed inside this package (the wheel,
+or `make ext` in a checkout), then build/libdlbridge.so of the source
+checkout this package sits in.
+
+Fork: the Go runtime does not survive fork(). In a child forked after the
+library was loaded, every name that needs the library raises RuntimeError
+(FORK_MESSAGE), as CUDA does in PyTorch; a child forked before loads the
+library itself and works normally.
 """
 
+import _thread
 import ctypes
 import os
 
@@ -83,6 +95,13 @@ INDEX_INT, INDEX_SLICE, INDEX_NEWAXIS = 0, 1, 2
 OMIT = -(2**63)  # a slice bound left out (zerocopy.Omit)
 
 
+FORK_MESSAGE = (
+    "dlbridge: this process was forked after dlbridge started its library (and the Go runtime) in the "
+    "parent; the Go runtime does not survive fork(), so dlbridge cannot be used in this process. To use "
+    "dlbridge in subprocesses, use the 'spawn' or 'forkserver' start method of multiprocessing "
+    "(multiprocessing.set_start_method('spawn')), or fork before dlbridge's first use")
+
+
 def _candidates():
     env = os.environ.get("DLBRIDGE_LIB")
     if env:
@@ -95,7 +114,7 @@ def _candidates():
     ]
 
 
-def _load():
+def _open():
     tried = []
     for path in _candidates():
         path = os.path.normpath(path)
@@ -107,13 +126,34 @@ def _load():
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
     raise ImportError(
-        "dlbridge: cannot load libdlbridge.so; build it with "
-        "`go build -buildmode=c-shared -o build/libdlbridge.so ./pybridge/cmd/libdlbridge` "
-        "or set DLBRIDGE_LIB. Tried: " + "; ".join(tried)
+        "dlbridge: cannot load libdlbridge.so; install the package (pip install ./pybridge/python), "
+        "build it in the checkout (make ext, or make lib for build/libdlbridge.so), or set "
+        "DLBRIDGE_LIB. Tried: " + "; ".join(tried)
     )
 
 
-lib, path = _load()
+def _load_extension():
+    """The CPython extension dlbridge._core as the dict _tensor uses: the C
+    base type of Tensor and a few C functions; None where it is not built
+    (a source checkout without `make ext`) or DLBRIDGE_NO_FASTPATH=1 turns it
+    off. Importing it loads no library."""
+    if os.environ.get("DLBRIDGE_NO_FASTPATH"):
+        return None
+    try:
+        from . import _core
+    except ModuleNotFoundError:
+        return None
+    return {
+        "module": _core,
+        "CTensor": _core.CTensor,
+        "wrap": _core.wrap,
+        "take": _core.take,
+        "exchange_import": _core.exchange_import,
+        "set_tensor_class": _core.set_tensor_class,
+    }
+
+
+core = _load_extension()
 
 _u64, _i64, _i32, _vp = ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
 _pu64 = ctypes.POINTER(ctypes.c_uint64)
@@ -122,84 +162,165 @@ _pi64 = ctypes.POINTER(ctypes.c_int64)
 _cstr = ctypes.c_char_p
 
 
-def _declare(name, restype, *argtypes):
-    f = getattr(lib, name)
-    f.restype = restype
-    f.argtypes = list(argtypes)
-    return f
+def _bind():
+    """Open the library, declare its functions and bind the extension to it;
+    returns the module globals to set."""
+    global _opened
+    lib, path = _open()
+    _opened = True  # the Go runtime is running from here on
 
+    def declare(name, restype, *argtypes):
+        f = getattr(lib, name)
+        f.restype = restype
+        f.argtypes = list(argtypes)
+        return f
 
-abi_version = _declare("dlb_abi_version", _i32)
-if abi_version() != ABI_VERSION:
-    raise ImportError(
-        "dlbridge: %s has ABI version %d, this package needs %d: rebuild the library"
-        % (path, abi_version(), ABI_VERSION)
+    g = {"lib": lib, "path": path}
+    g["abi_version"] = abi_version = declare("dlb_abi_version", _i32)
+    if abi_version() != ABI_VERSION:
+        raise ImportError(
+            "dlbridge: %s has ABI version %d, this package needs %d: rebuild the library"
+            % (path, abi_version(), ABI_VERSION)
+        )
+    g["last_error"] = declare("dlb_last_error", _cstr)
+    g["py_init"] = py_init = declare("dlb_py_init", ctypes.c_int)
+    g["cuda_device_count"] = declare("dlb_cuda_device_count", _i32)
+    g["work_stream"] = declare("dlb_work_stream", _i64, _i32)
+    g["empty"] = declare("dlb_empty", _i32, _cstr, _i32, _pi64, _i32, _i32, _i32, _pu64, _pinfo)
+    g["arange"] = declare("dlb_arange", _i32, _i64, _cstr, _i32, _i32, _pu64, _pinfo)
+    g["info_get"] = declare("dlb_info_get", _i32, _u64, _pinfo)
+    g["close"] = declare("dlb_close", _i32, _u64)
+    g["export"] = declare(
+        "dlb_export", _i32, _u64, _i32, _i32, _i64, _i32, _i32, _i32, _i32, ctypes.POINTER(_vp)
     )
+    g["import_"] = declare("dlb_import", _i32, _vp, _i32, _i32, _pu64, _pinfo)
+    g["from_memory"] = declare(
+        "dlb_from_memory", _i32,
+        _i32, _u64, _i32, _cstr, _i32, _pi64, _pi64, _i32, _i32, _i64, _i32, _i32, _i32, _vp,
+        _pu64, _pinfo,
+    )
+    g["typestr"] = declare("dlb_typestr", _i32, _i32, _i32, _i32, _i32, ctypes.c_char_p, _i32)
+    g["dtype_name"] = declare("dlb_dtype_name", _i32, _i32, _i32, _i32, ctypes.c_char_p, _i32)
+    g["parse_dtype"] = declare(
+        "dlb_parse_dtype", _i32, _cstr,
+        ctypes.POINTER(_i32), ctypes.POINTER(_i32), ctypes.POINTER(_i32),
+    )
+    g["fill"] = declare("dlb_fill", _i32, _u64, ctypes.POINTER(Scalar))
+    g["sum_"] = declare("dlb_sum", _i32, _u64, ctypes.POINTER(Scalar))
+    g["copy"] = declare("dlb_copy", _i32, _u64, _u64)
+    g["to"] = declare("dlb_to", _i32, _u64, _i32, _i32, _pu64, _pinfo)
+    g["index"] = declare("dlb_index", _i32, _u64, _i32, ctypes.POINTER(IndexItem), _pu64, _pinfo)
+    g["permute"] = declare("dlb_permute", _i32, _u64, _i32, ctypes.POINTER(_i32), _pu64, _pinfo)
+    g["stats"] = declare("dlb_stats", _i32, _pi64, _pi64, _pi64)
+    g["debug_spin_write"] = declare("dlb_debug_spin_write", _i32, _u64, ctypes.c_uint32, _i64)
+    g["call_deleter"] = declare("dlb_call_deleter", None, _vp, ctypes.c_int)
+    capsule_name = declare("dlb_capsule_name", _vp, ctypes.c_int, ctypes.c_int)
+    g["capsule_name"] = capsule_name
 
-last_error = _declare("dlb_last_error", _cstr)
-py_init = _declare("dlb_py_init", ctypes.c_int)
-cuda_device_count = _declare("dlb_cuda_device_count", _i32)
-work_stream = _declare("dlb_work_stream", _i64, _i32)
-empty = _declare("dlb_empty", _i32, _cstr, _i32, _pi64, _i32, _i32, _i32, _pu64, _pinfo)
-arange = _declare("dlb_arange", _i32, _i64, _cstr, _i32, _i32, _pu64, _pinfo)
-info_get = _declare("dlb_info_get", _i32, _u64, _pinfo)
-close = _declare("dlb_close", _i32, _u64)
-export = _declare(
-    "dlb_export", _i32, _u64, _i32, _i32, _i64, _i32, _i32, _i32, _i32, ctypes.POINTER(_vp)
-)
-import_ = _declare("dlb_import", _i32, _vp, _i32, _i32, _pu64, _pinfo)
-from_memory = _declare(
-    "dlb_from_memory", _i32,
-    _i32, _u64, _i32, _cstr, _i32, _pi64, _pi64, _i32, _i32, _i64, _i32, _i32, _i32, _vp,
-    _pu64, _pinfo,
-)
-typestr = _declare("dlb_typestr", _i32, _i32, _i32, _i32, _i32, ctypes.c_char_p, _i32)
-dtype_name = _declare("dlb_dtype_name", _i32, _i32, _i32, _i32, ctypes.c_char_p, _i32)
-parse_dtype = _declare(
-    "dlb_parse_dtype", _i32, _cstr,
-    ctypes.POINTER(_i32), ctypes.POINTER(_i32), ctypes.POINTER(_i32),
-)
-fill = _declare("dlb_fill", _i32, _u64, ctypes.POINTER(Scalar))
-sum_ = _declare("dlb_sum", _i32, _u64, ctypes.POINTER(Scalar))
-copy = _declare("dlb_copy", _i32, _u64, _u64)
-to = _declare("dlb_to", _i32, _u64, _i32, _i32, _pu64, _pinfo)
-index = _declare("dlb_index", _i32, _u64, _i32, ctypes.POINTER(IndexItem), _pu64, _pinfo)
-permute = _declare("dlb_permute", _i32, _u64, _i32, ctypes.POINTER(_i32), _pu64, _pinfo)
-stats = _declare("dlb_stats", _i32, _pi64, _pi64, _pi64)
-debug_spin_write = _declare("dlb_debug_spin_write", _i32, _u64, ctypes.c_uint32, _i64)
-call_deleter = _declare("dlb_call_deleter", None, _vp, ctypes.c_int)
-capsule_name = _declare("dlb_capsule_name", _vp, ctypes.c_int, ctypes.c_int)
-
-# The capsule destructor is a C function of the library, not a ctypes
-# callback: it stays valid without the GIL and after interpreter shutdown.
-CAPSULE_DESTRUCTOR = ctypes.cast(lib.dlb_capsule_destructor, _vp).value
-NAME_LEGACY = capsule_name(0, 0)
-NAME_VERSIONED = capsule_name(1, 0)
-NAME_USED_LEGACY = capsule_name(0, 1)
-NAME_USED_VERSIONED = capsule_name(1, 1)
-
-IN_PYTHON = bool(py_init())
+    # The capsule destructor is a C function of the library, not a ctypes
+    # callback: it stays valid without the GIL and after interpreter shutdown.
+    g["CAPSULE_DESTRUCTOR"] = ctypes.cast(lib.dlb_capsule_destructor, _vp).value
+    g["NAME_LEGACY"] = capsule_name(0, 0)
+    g["NAME_VERSIONED"] = capsule_name(1, 0)
+    g["NAME_USED_LEGACY"] = capsule_name(0, 1)
+    g["NAME_USED_VERSIONED"] = capsule_name(1, 1)
+    g["IN_PYTHON"] = bool(py_init())
+    if core is not None:
+        table = declare("dlb_pyext_table", _vp)
+        core["module"].bind(table())
+    return g
 
 
-def _load_core():
-    """The CPython fast path (pybridge/capi/pyext.c): a dict with the C base
-    type of Tensor and a few C functions, or None where it cannot be used
-    (DLBRIDGE_NO_FASTPATH=1, a free-threaded interpreter, or CPython
-    functions not found in the process)."""
-    import sysconfig
+# The names _bind sets: reading one of them loads the library.
+_LAZY = frozenset([
+    "lib", "path", "abi_version", "last_error", "py_init", "cuda_device_count", "work_stream",
+    "empty", "arange", "info_get", "close", "export", "import_", "from_memory", "typestr",
+    "dtype_name", "parse_dtype", "fill", "sum_", "copy", "to", "index", "permute", "stats",
+    "debug_spin_write", "call_deleter", "capsule_name", "CAPSULE_DESTRUCTOR", "NAME_LEGACY",
+    "NAME_VERSIONED", "NAME_USED_LEGACY", "NAME_USED_VERSIONED", "IN_PYTHON",
+])
 
-    if os.environ.get("DLBRIDGE_NO_FASTPATH") or sysconfig.get_config_var("Py_GIL_DISABLED") or not IN_PYTHON:
-        return None
-    try:
-        init = ctypes.PyDLL(path).dlb_pyext_init  # PyDLL: called with the GIL held
-        init.restype = ctypes.py_object
-        init.argtypes = []
-        return init()
-    except (AttributeError, ValueError, OSError):
-        return None
+_lock = _thread.allocate_lock()
+_started = False  # the library is being loaded or was loaded in this process
+_opened = False   # the library was loaded (Go started), whether or not its names are set
+_loaded = False   # the library was loaded and its names are set
+_forked = False   # this process was forked after the parent _started
 
 
-core = _load_core()
+def load():
+    """Load the library now, if it is not yet (idempotent, thread-safe).
+    RuntimeError in a child forked after the parent loaded it."""
+    global _started, _loaded
+    if _loaded:
+        return
+    if _forked:
+        raise RuntimeError(FORK_MESSAGE)
+    with _lock:
+        if _loaded:
+            return
+        _started = True
+        try:
+            globals().update(_bind())
+        except BaseException:
+            _started = _opened
+            raise
+        _loaded = True
+
+
+def loaded():
+    """Whether this process has loaded the library (and started Go)."""
+    return _loaded
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        load()
+        return globals()[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+class _Function:
+    """A function of the library declared for ctypes, bound on its first
+    call: modules declare what they call at import time without loading the
+    library (lazy start), and a forked child unbinds it (see load)."""
+
+    __slots__ = ("name", "restype", "argtypes", "f")
+
+    def __init__(self, name, restype, argtypes):
+        self.name, self.restype, self.argtypes, self.f = name, restype, list(argtypes), None
+
+    def __call__(self, *args):
+        f = self.f
+        if f is None:
+            load()
+            f = getattr(lib, self.name)
+            f.restype, f.argtypes = self.restype, self.argtypes
+            self.f = f
+        return f(*args)
+
+
+_declared = []
+
+
+def _declare(name, restype, *argtypes):
+    """Declare library function name; it is looked up on its first call."""
+    fn = _Function(name, restype, argtypes)
+    _declared.append(fn)
+    return fn
+
+
+def _after_fork_in_child():
+    global _forked, _loaded, _lock
+    _lock = _thread.allocate_lock()  # a thread that held it is gone
+    if _started:
+        _forked, _loaded = True, False
+        for name in _LAZY:
+            globals().pop(name, None)
+        for fn in _declared:
+            fn.f = None  # the next call goes through load(), which refuses
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def error(rc):

@@ -5,8 +5,9 @@ import datetime
 import operator
 import struct
 
+from . import _convert as C
 from . import _dtypes, _lib
-from ._lib import CPU, CUDA
+from ._lib import CPU, CUDA, CUDA_HOST
 
 CapsuleType = type(datetime.datetime_CAPI)
 
@@ -20,7 +21,7 @@ def _parse_device(device):
     if device is None:
         return None
     if isinstance(device, tuple) and len(device) == 2:
-        return (int(device[0]), int(device[1]))
+        return C.pair(device, "device", C.INT32)
     text = str(device).strip().lower()
     name, _, idx = text.partition(":")
     code = _lib.DEVICE_CODES.get(name)
@@ -29,12 +30,9 @@ def _parse_device(device):
             "dlbridge: unknown device %r (want 'cpu', 'cuda' or 'cuda:N')" % (device,)
         )
     if idx:
-        try:
-            i = int(idx)
-        except ValueError:
-            raise ValueError("dlbridge: device %r: %r is not a device number" % (device, idx)) from None
-        if i < 0:
-            raise ValueError("dlbridge: device %r: negative device number" % (device,))
+        if not (idx.isascii() and idx.isdigit()):
+            raise ValueError("dlbridge: device %r: %r is not a device number" % (device, idx))
+        i = C.integer(int(idx), "device %r: id" % (device,), C.INT32, 0)
     else:
         i = 0
     if code == CPU and i != 0:
@@ -51,18 +49,15 @@ def _device_name(dev):
 
 
 def _shape_arg(shape):
-    if isinstance(shape, int) or hasattr(shape, "__index__"):
-        return (operator.index(shape),)
-    try:
-        dims = tuple(operator.index(e) for e in shape)
-    except TypeError:
-        raise TypeError("dlbridge: shape must be an int or a sequence of ints, got %r" % (shape,)) from None
-    if len(dims) > _lib.MAX_NDIM:
-        raise ValueError("dlbridge: %d dimensions, at most %d" % (len(dims), _lib.MAX_NDIM))
-    for i, e in enumerate(dims):
-        if e < 0:
-            raise ValueError("dlbridge: shape[%d] = %d is negative" % (i, e))
-    return dims
+    """A shape given as an integer or a sequence of them (checked sizes)."""
+    if C.is_integer(shape) and not getattr(shape, "ndim", 0):  # an int, not an array of them
+        return C.sizes((shape,))
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):
+        raise TypeError("dlbridge: shape=%s (%s) is not an integer or a sequence of integers"
+                        % (C.show(shape), type(shape).__name__))
+    if len(shape) > _lib.MAX_NDIM:
+        raise ValueError("dlbridge: %d dimensions, at most %d" % (len(shape), _lib.MAX_NDIM))
+    return C.sizes(tuple(shape))
 
 
 def _i64_array(values):
@@ -146,15 +141,9 @@ class _PyTensorBase:
         h = self._handle()
         versioned = 0
         if max_version is not None:
-            versioned = 1 if tuple(max_version)[0] >= 1 else 0
-        if stream is None:
-            has_stream, s = 0, 0
-        else:
-            has_stream, s = 1, operator.index(stream)
-        if dl_device is None:
-            has_dev, dt, di = 0, 0, 0
-        else:
-            has_dev, dt, di = 1, int(dl_device[0]), int(dl_device[1])
+            versioned = 1 if C.pair(max_version, "max_version", C.UINT32)[0] >= 1 else 0
+        has_stream, s = (0, 0) if stream is None else (1, C.integer(stream, "stream"))
+        has_dev, (dt, di) = (0, (0, 0)) if dl_device is None else (1, C.pair(dl_device, "dl_device", C.INT32))
         cm = 0 if copy is None else (2 if copy else 1)
         out = ctypes.c_void_p()
         rc = _lib.export(h, versioned, has_stream, s, has_dev, dt, di, cm, ctypes.byref(out))
@@ -331,7 +320,7 @@ class Tensor(_Base):
     @property
     def __array_interface__(self):
         """NumPy's array interface v3 for host tensors; absent otherwise."""
-        if self._dev[0] != CPU:
+        if self._dev[0] not in (CPU, CUDA_HOST):
             raise AttributeError(
                 "dlbridge: __array_interface__ is only defined for host tensors (this one is on %s)"
                 % self.device)
@@ -357,7 +346,7 @@ class Tensor(_Base):
 
     def _require_host(self, op):
         self._handle()
-        if self._dev[0] != CPU:
+        if self._dev[0] not in (CPU, CUDA_HOST):
             raise BufferError("dlbridge: %s needs a host tensor; this one is on %s (use .to('cpu'))"
                               % (op, self.device))
 
@@ -417,7 +406,9 @@ class Tensor(_Base):
     # ---- Go-side operations ----
 
     def fill_(self, value):
-        """Write value into every element (in Go); returns self."""
+        """Write value into every element (in Go); returns self. Only the
+        elements are written (a strided view's gaps are not touched), and
+        the write is complete when fill_ returns."""
         s = _scalar(value)
         _lib.check(_lib.fill(self._handle(), ctypes.byref(s)))
         self._refresh_stream()
@@ -436,13 +427,21 @@ class Tensor(_Base):
             return complex(s.re, s.im)
         return s.re
 
-    def copy_(self, src):
-        """Copy src (same shape; any dtype, converted) into self; returns self."""
+    def copy_(self, src, *, non_blocking=False, stream=None):
+        """Copy src (same shape; any dtype, converted; a Tensor or anything
+        asarray takes, e.g. a NumPy array) into self; returns self. The copy
+        runs on stream (None: dlbridge's work stream of the device; an int
+        handle, a torch/cupy stream or an object with __cuda_stream__). It
+        is complete on return unless non_blocking=True, which leaves a
+        device destination in flight: dlbridge's own readers and every
+        export then wait for it. A pageable source may be reused at once."""
+        h = _stream_handle(stream)
+        nb = 1 if non_blocking else 0
         if isinstance(src, Tensor):
-            _lib.check(_lib.copy(self._handle(), src._handle()))
+            _lib.check(_copy_on(self._handle(), src._handle(), h, nb))
         else:
             with asarray(src) as t:
-                _lib.check(_lib.copy(self._handle(), t._handle()))
+                _lib.check(_copy_on(self._handle(), t._handle(), h, nb))
         self._refresh_stream()
         return self
 
@@ -452,30 +451,52 @@ class Tensor(_Base):
             _lib.check(_lib.info_get(self._handle(), ctypes.byref(info)))
             self._stream = info.stream
 
-    def to(self, device, *, copy=False):
-        """This tensor on device: self when it is there already (unless
-        copy=True), else a new C-contiguous copy made in Go."""
+    def to(self, device, *, non_blocking=False, stream=None, copy=False):
+        """This tensor on device ("cpu", "cuda:N", "cuda_host"): self when
+        it is there already (unless copy=True), else a new C-contiguous copy
+        made in Go, on stream (as for copy_). A new device tensor comes from
+        the device's memory pool and may still be filling when to returns
+        (dlbridge's readers and exports wait for it); a new host array from
+        the device is pinned memory from the pinned pool and holds the data
+        on return."""
         want = _parse_device(device)
         if want == self._dev and not copy:
             return self
-        return _new(_lib.to, self._handle(), want[0], want[1])
+        return _new(_to_on, self._handle(), want[0], want[1], _stream_handle(stream), 1 if non_blocking else 0)
 
     def cpu(self):
         return self.to("cpu")
 
-    def cuda(self, device=0):
-        return self.to((CUDA, device))
+    def cuda(self, device=None, non_blocking=False, *, stream=None):
+        return self.to((CUDA, 0 if device is None else operator.index(device)),
+                       non_blocking=non_blocking, stream=stream)
 
     def clone(self):
         return self.to(self._dev, copy=True)
 
+    def pin_memory(self):
+        """This tensor's elements in page-locked host memory, a cpu tensor
+        (self when it is pinned already), as PyTorch's Tensor.pin_memory."""
+        if self.is_pinned():
+            return self
+        return _new(_pin_memory, self._handle())
+
+    def is_pinned(self):
+        """Whether the memory is page-locked host memory: a cuda_host
+        tensor, or cpu memory that is pinned (pin_memory, arrays made from
+        device data, torch's pinned tensors)."""
+        out = ctypes.c_int32()
+        _lib.check(_is_pinned(self._handle(), ctypes.byref(out)))
+        return bool(out.value)
+
     # ---- zero-copy views ----
 
     def permute(self, *dims):
-        if len(dims) == 1 and not isinstance(dims[0], int):
-            dims = tuple(dims[0])
+        if len(dims) == 1 and not C.is_integer(dims[0]):
+            dims = C.sequence(dims[0], "dims", _lib.MAX_NDIM)
+        dims = C.integers(dims, "dims", C.INT32)
         n = len(dims)
-        order = (ctypes.c_int32 * n)(*[operator.index(d) for d in dims]) if n else None
+        order = (ctypes.c_int32 * n)(*dims) if n else None
         return _new(_lib.permute, self._handle(), n, order)
 
     def transpose(self, dim0=None, dim1=None):
@@ -487,6 +508,7 @@ class Tensor(_Base):
         if dim0 is None or dim1 is None:
             raise TypeError("dlbridge: transpose() takes no dimensions or two")
         order = list(range(nd))
+        dim0, dim1 = C.integer(dim0, "dim0"), C.integer(dim1, "dim1")
         for d in (dim0, dim1):
             if not -nd <= d < nd:
                 raise IndexError("dlbridge: transpose: dim %d out of range for a %d-d tensor" % (d, nd))
@@ -555,13 +577,28 @@ def _scalar(value):
     return s
 
 
-def _clamp(v):
-    return max(_INT64_MIN + 1, min(_INT64_MAX, v))
+def _bound(v, field):
+    """A slice bound: OMIT for None, else clamped off OMIT (INT64_MIN)."""
+    return _lib.OMIT if v is None else C.clamped(v, field, _INT64_MIN + 1, _INT64_MAX)
 
 
 def _index_items(key, ndim):
-    if not isinstance(key, tuple):
+    in_tuple = isinstance(key, tuple)
+    if not in_tuple:
         key = (key,)
+    # Types first, over the whole key: a wrong type is a TypeError whatever
+    # else is wrong with the key.
+    for pos, k in enumerate(key):
+        field = "index[%d]" % pos if in_tuple else "index"
+        if isinstance(k, slice):
+            for name in ("start", "stop", "step"):
+                b = getattr(k, name)
+                if b is not None and not C.is_integer(b):
+                    raise C.not_integer("%s.%s" % (field, name), b)
+        elif k is not None and k is not Ellipsis and not C.is_integer(k):
+            raise TypeError(
+                "dlbridge: only integers, slices (`:`), None and ellipsis (`...`) are valid "
+                "indices (basic indexing, no copies); got %s" % type(k).__name__)
     consuming = 0
     ellipses = 0
     for k in key:
@@ -574,35 +611,30 @@ def _index_items(key, ndim):
     if consuming > ndim:
         raise IndexError("dlbridge: too many indices for a %d-d tensor: %d were given" % (ndim, consuming))
     items = []
-    for k in key:
+    for pos, k in enumerate(key):
+        field = "index[%d]" % pos if in_tuple else "index"
         if k is Ellipsis:
             for _ in range(ndim - consuming):
                 items.append(_lib.IndexItem(_lib.INDEX_SLICE, 0, _lib.OMIT, _lib.OMIT, 1))
         elif k is None:
             items.append(_lib.IndexItem(_lib.INDEX_NEWAXIS, 0, 0, 0, 0))
         elif isinstance(k, slice):
-            try:
-                start = _lib.OMIT if k.start is None else _clamp(operator.index(k.start))
-                stop = _lib.OMIT if k.stop is None else _clamp(operator.index(k.stop))
-                step = 1 if k.step is None else _clamp(operator.index(k.step))
-            except TypeError:
-                raise TypeError("dlbridge: slice bounds must be integers or None, got %r" % (k,)) from None
+            start, stop = _bound(k.start, field + ".start"), _bound(k.stop, field + ".stop")
+            step = 1 if k.step is None else _bound(k.step, field + ".step")
             if step == 0:
                 raise ValueError("dlbridge: slice step cannot be zero")
             items.append(_lib.IndexItem(_lib.INDEX_SLICE, 0, start, stop, step))
-        elif isinstance(k, bool) or not hasattr(k, "__index__"):
-            raise TypeError(
-                "dlbridge: only integers, slices (`:`), None and ellipsis (`...`) are valid "
-                "indices (basic indexing, no copies); got %s" % type(k).__name__)
         else:
-            items.append(_lib.IndexItem(_lib.INDEX_INT, 0, _clamp(operator.index(k)), 0, 0))
+            items.append(_lib.IndexItem(_lib.INDEX_INT, 0, C.integer(k, field, exc=IndexError), 0, 0))
     return items
 
 
 # ---- constructors ----
 
 def empty(shape, dtype="float32", device="cpu"):
-    """A new uninitialized tensor allocated by Go (C heap or cuMemAlloc)."""
+    """A new uninitialized tensor allocated by Go: "cpu" on the C heap,
+    "cuda:N" from the device's stream-ordered pool, "cuda_host" page-locked
+    host memory from the pinned pool."""
     dims = _shape_arg(shape)
     dev = _parse_device(device)
     return _new(_lib.empty, _dtype_bytes(dtype), len(dims), _i64_array(dims), dev[0], dev[1], 0)
@@ -619,7 +651,7 @@ def arange(n, dtype="int64", device="cpu"):
     """0, 1, ..., n-1 as a 1-d tensor made in Go (int64 by default, as in
     NumPy and PyTorch)."""
     dev = _parse_device(device)
-    return _new(_lib.arange, operator.index(n), _dtype_bytes(dtype), dev[0], dev[1])
+    return _new(_lib.arange, C.integer(n, "n"), _dtype_bytes(dtype), dev[0], dev[1])
 
 
 def _dtype_bytes(dtype):
@@ -636,11 +668,77 @@ def cuda_device_count():
 
 
 def debug_stats():
-    """Counters for tests: live tensor handles, live DLPack exports, and
-    how many of our DLPack deleters ran."""
+    """Counters for tests: live tensor handles, live DLPack exports, how
+    many of our DLPack deleters ran, and the memory pools: the pinned host
+    pool (bytes cached, in use, limit) and each CUDA device's stream-ordered
+    pool (bytes reserved from the device and in use; zeros for a device
+    dlbridge has not used)."""
     a, b, c = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
     _lib.stats(ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
-    return {"live_tensors": a.value, "live_exports": b.value, "deleter_calls": c.value}
+    out = {"live_tensors": a.value, "live_exports": b.value, "deleter_calls": c.value}
+    p = (ctypes.c_int64 * 5)()
+    _lib.check(_pool_stats(-1, p))
+    out["pinned_pool"] = {"cached": p[0], "in_use": p[1], "limit": p[2]}
+    devices = {}
+    for d in range(_lib.cuda_device_count()):
+        _lib.check(_pool_stats(d, p))
+        devices[d] = {"reserved": p[3], "used": p[4]}
+    out["device_pool"] = devices
+    return out
+
+
+def set_pinned_pool_limit(nbytes):
+    """Set how many bytes of page-locked host memory the pinned pool may
+    hold, in use and cached together (0: none). New host arrays made from
+    device data come from it while it has room, else from pageable memory;
+    cached blocks beyond the limit are freed at once."""
+    _lib.check(_set_pinned_limit(operator.index(nbytes)))
+
+
+# The stream, pinned-memory and pool entry points (declared here: they are
+# this module's alone).
+_copy_on = _lib._declare("dlb_copy_on", ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64,
+                         ctypes.c_int32)
+_to_on = _lib._declare("dlb_to_on", ctypes.c_int32, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32,
+                       ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
+                       ctypes.POINTER(_lib.Info))
+_pin_memory = _lib._declare("dlb_pin_memory", ctypes.c_int32, ctypes.c_uint64,
+                            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_lib.Info))
+_is_pinned = _lib._declare("dlb_is_pinned", ctypes.c_int32, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int32))
+_pool_stats = _lib._declare("dlb_pool_stats", ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64))
+_set_pinned_limit = _lib._declare("dlb_set_pinned_pool_limit", ctypes.c_int32, ctypes.c_int64)
+
+
+def _stream_handle(obj):
+    """The CUstream handle for a stream= argument: 0 for None (dlbridge's
+    work stream of the device involved), else the handle of an int, of an
+    object with __cuda_stream__ (cuda.core's protocol: (version, handle)),
+    of a torch stream (.cuda_stream) or a CuPy stream (.ptr). Handle 0, the
+    NULL stream, means the legacy default stream and is passed as 1."""
+    if obj is None:
+        return 0
+    if isinstance(obj, bool):
+        raise TypeError("dlbridge: stream must be a CUDA stream, an int handle or None, not a bool")
+    if hasattr(obj, "__index__"):
+        h = operator.index(obj)
+    elif hasattr(obj, "__cuda_stream__"):
+        proto = obj.__cuda_stream__
+        v = proto() if callable(proto) else proto
+        if not (isinstance(v, tuple) and len(v) == 2):
+            raise TypeError("dlbridge: %s.__cuda_stream__ gave %r, not a (version, handle) pair"
+                            % (type(obj).__name__, v))
+        h = operator.index(v[1])
+    elif hasattr(obj, "cuda_stream"):  # torch.cuda.Stream
+        h = operator.index(obj.cuda_stream)
+    elif hasattr(obj, "ptr"):  # cupy.cuda.Stream
+        h = operator.index(obj.ptr)
+    else:
+        raise TypeError(
+            "dlbridge: stream must be None, an int handle, or a stream object (__cuda_stream__, "
+            ".cuda_stream or .ptr), not %s" % type(obj).__name__)
+    if not 0 <= h < 2**63:
+        raise ValueError("dlbridge: stream handle %d is out of range" % h)
+    return h or 1
 
 
 def _debug_spin_write(t, bits, seconds):
@@ -653,10 +751,15 @@ def _debug_spin_write(t, bits, seconds):
 
 # ---- consumers ----
 
-def _take_capsule(cap):
-    """Consume a DLPack capsule: check and rename it, hand the pointer to Go."""
+def _take_capsule(cap, producer=None):
+    """Consume a DLPack capsule: check and rename it, hand the pointer to Go.
+    producer is the object whose __dlpack__ returned cap, if any."""
     if _core is not None:
-        return _core_take(Tensor, cap)
+        return _core_take(Tensor, cap, producer)
+    if not isinstance(cap, CapsuleType):
+        raise TypeError("dlbridge: %s.__dlpack__() returned %s, not a PyCapsule"
+                        % (type(producer).__name__, type(cap).__name__) if producer is not None else
+                        "dlbridge: expected a DLPack capsule (PyCapsule), got %s" % type(cap).__name__)
     name = _lib.PyCapsule_GetName(cap)
     if name == b"dltensor_versioned":
         versioned = 1
@@ -715,15 +818,19 @@ def from_dlpack(obj, *, device=None, copy=None):
             # DLPack 1.3's C exchange API (PyTorch 2.11, dlbridge): no
             # Python-level __dlpack__, the producer's stream ordered by event.
             api = getattr(type(obj), "__dlpack_c_exchange_api__", None)
-            if api is not None:
+            # A dlbridge tensor with a write pending on a stream other than
+            # the work stream (a CAI import) goes through __dlpack__, which
+            # orders it: the exchange API's consumer orders itself after the
+            # producer's work stream only.
+            if api is not None and not (isinstance(obj, Tensor) and obj._dev[0] == CUDA
+                                        and obj._stream not in (0, _work_stream(obj._dev[1]))):
                 return _core_exchange(Tensor, obj, api)
         producer = getattr(obj, "__dlpack__", None)
         if producer is None:
             raise TypeError(
                 "dlbridge.from_dlpack: %s has no __dlpack__ method and is not a DLPack capsule"
                 % type(obj).__name__)
-        src = obj.__dlpack_device__()
-        src = (int(src[0]), int(src[1]))
+        src = C.pair(obj.__dlpack_device__(), "%s.__dlpack_device__()" % type(obj).__name__, C.INT32)
         stream = _work_stream(src[1]) if src[0] == CUDA else None
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
@@ -749,7 +856,7 @@ def from_dlpack(obj, *, device=None, copy=None):
             del kwargs["dl_device"]
             kwargs.pop("copy", None)
             cap = producer(**kwargs)
-        t = _take_capsule(cap)
+        t = _take_capsule(cap, obj)
     if want is not None and t._dev != want:
         if copy is False:
             where = t.device
@@ -769,37 +876,90 @@ def from_dlpack(obj, *, device=None, copy=None):
 
 def _from_interface(obj, d, kind):
     """A tensor over memory described by __cuda_array_interface__ (kind 0)
-    or __array_interface__ (kind 1); it keeps obj alive."""
+    or __array_interface__ (kind 1); it keeps obj alive. Every field is
+    converted and checked before the reference on obj is taken, so that an
+    error leaves obj's reference count as it was."""
+    what = "__cuda_array_interface__" if kind == 0 else "__array_interface__"
+    if not isinstance(d, dict):
+        raise TypeError("dlbridge: %s is a %s, not a dict" % (what, type(d).__name__))
+    for key in ("shape", "typestr"):
+        if key not in d:
+            raise BufferError("dlbridge: %s has no %r" % (what, key))
     data = d.get("data")
-    if kind == 1 and data is None:
-        return _from_buffer(obj)
-    if not isinstance(data, tuple) or len(data) != 2:
-        raise BufferError("dlbridge: interface 'data' must be a (pointer, read_only) tuple, got %r" % (data,))
-    ptr, ro = data
-    shape = tuple(int(e) for e in d["shape"])
+    buf = None
+    if kind == 1 and not isinstance(data, tuple):
+        buf = _interface_buffer(obj if data is None else data, d, what)
+        owner, ptr, ro = buf[0], buf[1], buf[3]
+    elif not isinstance(data, tuple) or len(data) != 2:
+        raise BufferError("dlbridge: %s 'data' must be a (pointer, read_only) tuple, got %s"
+                          % (what, C.show(data)))
+    else:
+        owner, ptr, ro = obj, C.integer(data[0], "data[0]", C.UINT64), bool(data[1])
+    shape = C.sizes(C.sequence(d["shape"], "shape", _lib.MAX_NDIM))
     nd = len(shape)
-    if nd > _lib.MAX_NDIM:
-        raise ValueError("dlbridge: %d dimensions, at most %d" % (nd, _lib.MAX_NDIM))
     strides = d.get("strides")
-    st = None
     if strides is not None:
+        strides = C.integers(C.sequence(strides, "strides", _lib.MAX_NDIM), "strides")
         if len(strides) != nd:
-            raise BufferError("dlbridge: interface has %d strides for %d dimensions" % (len(strides), nd))
-        st = _i64_array(tuple(int(s) for s in strides))
+            raise BufferError("dlbridge: %s has %d strides for %d dimensions" % (what, len(strides), nd))
     stream = d.get("stream") if kind == 0 else None
-    version = int(d.get("version", 3))
+    if stream is not None:
+        stream = C.as_int64_bits(C.integer(stream, "stream", C.UINT64))
+    version = C.integer(d.get("version", 3), "version", C.INT32)
     typestr = d["typestr"]
     if isinstance(typestr, str):
-        typestr = typestr.encode()
-    _lib.Py_IncRef(obj)  # the tensor's owner drops it when the memory is released
-    return _new(_lib.from_memory, kind, int(ptr or 0), int(bool(ro)), typestr, nd, _i64_array(shape),
-                st, version, int(stream is not None), int(stream or 0), int(d.get("mask") is not None),
-                CUDA if kind == 0 else CPU, -1 if kind == 0 else 0, id(obj))
+        typestr = typestr.encode("utf-8", "replace")
+    if not isinstance(typestr, bytes) or b"\0" in typestr:
+        raise TypeError("dlbridge: %s 'typestr'=%s is not a type string such as '<f4'" % (what, C.show(typestr)))
+    has_mask = int(d.get("mask") is not None)
+    _lib.Py_IncRef(owner)  # the tensor's owner drops it when the memory is released
+    t = _new(_lib.from_memory, kind, ptr, int(ro), typestr, nd, _i64_array(shape),
+             _i64_array(strides) if strides is not None else None, version, int(stream is not None),
+             stream or 0, has_mask, CUDA if kind == 0 else CPU, -1 if kind == 0 else 0, id(owner))
+    if buf is not None:
+        _check_within(t, buf, what)
+    return t
+
+
+def _interface_buffer(src, d, what):
+    """(memoryview, pointer, size, read_only) for an __array_interface__
+    whose 'data' is None (obj's own buffer) or a buffer object: NumPy's
+    rules, with 'offset' bytes into it."""
+    try:
+        mv = memoryview(src)  # our own view: the source cannot be released under us
+    except TypeError:
+        raise TypeError("dlbridge: %s 'data'=%s (%s) is neither a (pointer, read_only) tuple nor a buffer"
+                        % (what, C.show(src), type(src).__name__)) from None
+    if not mv.c_contiguous:
+        raise BufferError("dlbridge: %s 'data' is a buffer that is not C-contiguous" % what)
+    pb = _lib.PyBuffer()
+    _lib.PyObject_GetBuffer(mv, ctypes.byref(pb), 0)  # PyBUF_SIMPLE: pointer and length
+    base, size, ro = pb.buf or 0, pb.len, bool(pb.readonly)
+    _lib.PyBuffer_Release(ctypes.byref(pb))
+    off = C.integer(d.get("offset", 0), "offset", C.INT64)
+    if not 0 <= off <= size:
+        raise BufferError("dlbridge: %s offset=%d outside its %d-byte buffer (0..%d)" % (what, off, size, size))
+    return mv, base + off, size, ro, base
+
+
+def _check_within(t, buf, what):
+    """Close t and raise unless every element of t lies inside buf."""
+    lo = hi = 0
+    if t.size:
+        for e, st in zip(t._shape, t._strides):
+            reach = (e - 1) * st * t._itemsize
+            lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)
+        hi += t._itemsize
+    _, _, size, _, base = buf
+    first, end = t._ptr + lo - base, t._ptr + hi - base
+    if t.size and (first < 0 or end > size):
+        t.close()
+        raise BufferError("dlbridge: %s describes bytes %d..%d of a %d-byte buffer" % (what, first, end, size))
 
 
 def _from_buffer(obj):
     """A host tensor over obj's memory through the buffer protocol."""
-    mv = obj if isinstance(obj, memoryview) else memoryview(obj)
+    mv = memoryview(obj)  # our own view: a caller's memoryview cannot be released under us
     buf = _lib.PyBuffer()
     _lib.PyObject_GetBuffer(mv, ctypes.byref(buf), _lib.PyBUF_RECORDS_RO)
     try:

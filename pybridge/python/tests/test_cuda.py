@@ -40,7 +40,7 @@ def test_own_cuda_tensors():
     assert g.sum() == 20.0
     z = dlbridge.zeros((3, 4), dtype="float64", device="cuda:0")
     assert z.sum() == 0
-    z[:, 1].fill_(1)  # strided, through host staging
+    z[:, 1].fill_(1)  # strided: the elements only, by the strided-copy kernel
     assert z.sum() == 3
     assert z.to("cpu").tolist() == [[0, 1, 0, 0]] * 3
     h = dlbridge.arange(6, dtype="int32")
@@ -240,3 +240,91 @@ def test_soak_memory_is_flat(stats):
     assert torch.cuda.memory_allocated() == gpu_before
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert grown_kib < 64 * 1024, "RSS grew by %d KiB over %d exchanges" % (grown_kib, n)
+
+
+def test_import_leaves_the_default_stream_alone():
+    """Importing from a producer on a side stream makes only our own
+    (non-blocking) work stream wait: torch's default stream stays idle."""
+    torch = _torch_cuda()
+    x = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)
+        x.fill_(3.0)
+        t = dlbridge.from_dlpack(x)
+    assert torch.cuda.default_stream().query(), "the default stream waits for the producer's side stream"
+    assert not s.query()
+    assert t.sum() == 3.0 * (1 << 20)
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+@pytest.mark.parametrize("path", ["dlpack", "cai"])
+def test_chain_torch_to_dlbridge_to_torch(hops, path):
+    """A slow torch producer on a side stream -> dlbridge (one or two hops)
+    -> a torch consumer on another non-blocking stream: the consumer reads
+    the producer's data. torch's own __cuda_array_interface__ is version 2
+    and names no stream (no consumer can order after it), so the CAI path
+    gets the v3 dictionary a producer such as CuPy gives: its stream too."""
+    torch = _torch_cuda()
+    n = 1 << 20
+    for _ in range(3):
+        x = torch.zeros(n, device="cuda")
+        torch.cuda.synchronize()
+        prod, cons = torch.cuda.Stream(), torch.cuda.Stream()
+        with torch.cuda.stream(prod):
+            torch.cuda._sleep(100_000_000)
+            x.fill_(5.0)
+            if path == "dlpack":
+                t = dlbridge.from_dlpack(x)
+            else:
+                o = CAIOnly(x)
+                o.__cuda_array_interface__ = dict(o.__cuda_array_interface__, version=3, stream=prod.cuda_stream)
+                t = dlbridge.asarray(o)
+        for _ in range(hops - 1):
+            t = dlbridge.from_dlpack(t)
+        with torch.cuda.stream(cons):
+            y = torch.from_dlpack(t)
+            total = y.sum()
+        cons.synchronize()
+        assert total.item() == 5.0 * n
+
+
+def test_strided_write_leaves_gaps_another_stream_writes():
+    """Writes through dlbridge into every other column never touch the other
+    columns, which a torch stream writes meanwhile."""
+    torch = _torch_cuda()
+    import numpy as np
+
+    m = torch.zeros(256, 4096, device="cuda")
+    torch.cuda.synchronize()
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):
+        torch.cuda._sleep(20_000_000)
+        m[:, 1::2].fill_(7.0)
+    v = dlbridge.from_dlpack(m)[:, ::2]
+    v.fill_(5)
+    v.copy_(np.full((256, 2048), 9, dtype=np.float32))
+    v.copy_(np.full((256, 2048), 11, dtype=np.float64))
+    other.synchronize()
+    torch.cuda.synchronize()
+    assert bool((m[:, 1::2] == 7).all()) and bool((m[:, ::2] == 11).all())
+
+
+def test_copy_on_a_torch_stream():
+    """copy_(stream=torch stream, non_blocking=True): torch work queued on
+    that stream afterwards sees the data."""
+    torch = _torch_cuda()
+    import numpy as np
+
+    a = np.arange(1 << 20, dtype=np.float32)
+    g = dlbridge.empty(1 << 20, device="cuda")
+    s = torch.cuda.Stream()
+    g.copy_(a, stream=s, non_blocking=True)
+    x = torch.from_dlpack(g)
+    with torch.cuda.stream(s):
+        total = x.double().sum()
+    s.synchronize()
+    assert total.item() == float(a.astype(np.float64).sum())
+    h = g.to("cpu")
+    assert h.is_pinned() and np.array_equal(np.from_dlpack(h), a)

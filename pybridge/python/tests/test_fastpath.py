@@ -106,9 +106,13 @@ def test_suite_through_ctypes_path():
 
 
 def test_fast_path_is_on_where_it_can_be():
-    import sysconfig
+    # On wherever the extension is built (also on a free-threaded CPython,
+    # which enables the GIL for it); a checkout without `make ext` has none.
+    import importlib.util
 
-    if os.environ.get("DLBRIDGE_NO_FASTPATH") or sysconfig.get_config_var("Py_GIL_DISABLED"):
+    if os.environ.get("DLBRIDGE_NO_FASTPATH"):
         assert not dlbridge.fast_path
-    else:
+    elif importlib.util.find_spec("dlbridge._core") or os.environ.get("DLBRIDGE_EXPECT_INSTALLED") == "1":
         assert dlbridge.fast_path
+    else:
+        pytest.skip("the extension dlbridge._core is not built (make ext)")

@@ -1,0 +1,365 @@
+package pybridge
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// The operations on memory Python asks for. Each is a zerocopy call; this
+// file only picks devices and streams and maps errors to Python's.
+//
+// Streams: a stream argument is a CUstream handle (1 and 2 the default
+// streams), 0 for the device's work stream. Writes into existing memory
+// (copy_, fill_) are complete when they return unless nonBlocking is set:
+// the memory may be read by others through handles of their own that no
+// stream orders. New tensors (to, clone, empty, zeros, arange) may still be
+// in flight on the stream: every reader through dlbridge, and every consumer
+// through DLPack's or CAI's stream, is ordered after them. Host memory that
+// receives data always holds it on return (host readers have no stream).
+
+// valued checks dt has values (fill, sum, arange, converting copies).
+func valued(dt dlpack.DataType, op string) error {
+	if _, err := zerocopy.Encode(dt, zerocopy.Int(0)); err != nil {
+		return Errorf(TypeError, "dlbridge: %s: Go-side arithmetic does not support dtype %s (only bool, int8..64, uint8..64, float16/32/64, bfloat16, complex64/128); exchange still works", op, dt)
+	}
+	return nil
+}
+
+func needWritable(v *zerocopy.View, op string) error {
+	if v.ReadOnly() {
+		return Errorf(ValueError, "dlbridge: %s: tensor is read-only (the producer exported it with READ_ONLY)", op)
+	}
+	return nil
+}
+
+// usable checks the device of v has a driver behind it.
+func usable(v *zerocopy.View) error {
+	if d := v.Device(); isCUDA(d) && !CUDAAvailable() {
+		return noGPU(d)
+	}
+	return nil
+}
+
+// streamFor is the stream to run on for device d: handle h of d (of device
+// 0 for host-only work), or for h == 0 d's work stream, ordered first after
+// the work queued so far on d's legacy default stream. That stream is where
+// PyTorch and CuPy run by default: what they wrote there through handles of
+// their own, into memory dlbridge also holds, is then seen by dlbridge's
+// work (as before the work stream became a non-blocking stream of its own,
+// which keeps the default stream from waiting for dlbridge).
+func streamFor(d dlpack.Device, h uintptr) (*cuda.Stream, error) {
+	if !isCUDA(d) {
+		if h == 0 {
+			return nil, nil // zerocopy picks the work stream of the device involved
+		}
+		d = dlpack.CUDADevice(0)
+	}
+	s, err := zerocopy.StreamOf(int(d.ID), h)
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	if h == 0 {
+		if err := zerocopy.WaitStream(s, uintptr(StreamLegacy)); err != nil {
+			return nil, engineErr(err)
+		}
+	}
+	return s, nil
+}
+
+// complete waits for the write pending on v, unless nonBlocking leaves it
+// in flight on a device.
+func complete(v *zerocopy.View, nonBlocking bool) error {
+	if nonBlocking && isCUDA(v.Device()) {
+		return nil
+	}
+	return engineErr(v.Synchronize())
+}
+
+// Fill writes s into every element of t.
+func Fill(t *Tensor, s Scalar) error {
+	v := t.View
+	if err := needWritable(v, "fill_"); err != nil {
+		return err
+	}
+	if err := valued(v.DType(), "fill_"); err != nil {
+		return err
+	}
+	if err := usable(v); err != nil {
+		return err
+	}
+	st, err := streamFor(v.Device(), 0)
+	if err != nil {
+		return err
+	}
+	if err := zerocopy.Fill(v, valueOf(s), st); err != nil {
+		return engineErr(err)
+	}
+	return complete(v, false)
+}
+
+// Sum adds the elements of t (integers exactly, floats in float64).
+func Sum(t *Tensor) (Scalar, error) {
+	v := t.View
+	if err := valued(v.DType(), "sum"); err != nil {
+		return Scalar{}, err
+	}
+	if err := usable(v); err != nil {
+		return Scalar{}, err
+	}
+	st, err := streamFor(v.Device(), 0)
+	if err != nil {
+		return Scalar{}, err
+	}
+	x, err := zerocopy.Sum(v, st)
+	if err != nil {
+		return Scalar{}, engineErr(err)
+	}
+	return scalarOf(x), nil
+}
+
+// CopyOptions are copy_'s and to's stream arguments.
+type CopyOptions struct {
+	Stream      uintptr // 0: the work stream of the device involved
+	NonBlocking bool
+}
+
+// CopyInto copies src's elements into dst (same shape; dtypes may differ:
+// converted as C casts do) on opts.Stream; see the file comment for when it
+// is complete.
+func CopyInto(dst, src *Tensor, opts CopyOptions) error {
+	dv, sv := dst.View, src.View
+	if err := needWritable(dv, "copy_"); err != nil {
+		return err
+	}
+	if !slices.Equal(dv.Shape(), sv.Shape()) {
+		return Errorf(ValueError, "dlbridge: copy_: shapes differ: destination %v, source %v", dv.Shape(), sv.Shape())
+	}
+	s, err := copyStream(dv.Device(), sv.Device(), opts.Stream)
+	if err != nil {
+		return err
+	}
+	if err := copyComplete(dv, sv, s, opts.NonBlocking); err != nil {
+		return err
+	}
+	return orderWorkStream(dv)
+}
+
+// orderWorkStream orders a write left pending on a stream other than the
+// work stream before the work stream too (with the event that marks it:
+// later readers reuse it). Consumers through the C exchange API order
+// themselves after the producer's current work stream only.
+func orderWorkStream(v *zerocopy.View) error {
+	h := v.Stream()
+	if h == 0 || !isCUDA(v.Device()) {
+		return nil
+	}
+	w := WorkStream(v.Device().ID)
+	if h == w {
+		return nil
+	}
+	return engineErr(v.OrderBefore(w))
+}
+
+// copyStream is the stream for a copy from a view on device sd to one on
+// dd: handle h (0: the work stream) of the device whose context runs it
+// (dd when it is a CUDA device, else sd).
+func copyStream(dd, sd dlpack.Device, h uintptr) (*cuda.Stream, error) {
+	for _, d := range []dlpack.Device{dd, sd} {
+		if isCUDA(d) && !CUDAAvailable() {
+			return nil, noGPU(d)
+		}
+	}
+	if !isCUDA(dd) {
+		dd = sd
+	}
+	return streamFor(dd, h)
+}
+
+// copyComplete copies (converting) src into dst on stream s and waits for
+// it as the file comment says.
+func copyComplete(dst, src *zerocopy.View, s *cuda.Stream, nonBlocking bool) error {
+	if dst.DType() != src.DType() {
+		if err := valued(dst.DType(), "copy_"); err != nil {
+			return err
+		}
+		if err := valued(src.DType(), "copy_"); err != nil {
+			return err
+		}
+	}
+	if err := zerocopy.Convert(dst, src, s); err != nil {
+		return engineErr(err)
+	}
+	return complete(dst, nonBlocking)
+}
+
+// CopyToDevice returns a new C-contiguous copy of v on d (Tensor.to): on a
+// device from its pool, pending on the stream; on the host in pinned memory
+// from the pool when the data comes from a device, complete on return.
+func CopyToDevice(v *zerocopy.View, d dlpack.Device, opts CopyOptions) (*zerocopy.View, error) {
+	if err := checkDevice(d); err != nil {
+		return nil, WithCode(BufferError, err) // as from_dlpack(device=) reports it
+	}
+	if err := usable(v); err != nil {
+		return nil, err
+	}
+	s, err := copyStream(d, v.Device(), opts.Stream)
+	if err != nil {
+		return nil, err
+	}
+	var out *zerocopy.View
+	switch {
+	case isCUDA(d):
+		if out, err = zerocopy.AllocCUDAAsync(s, v.DType(), v.Shape()...); err != nil {
+			return nil, engineErr(err)
+		}
+	case d.Type == dlpack.CUDAHost:
+		out, err = pinnedHost(dlpack.CUDAHost, v.DType(), v.Shape())
+	case isCUDA(v.Device()):
+		out, err = hostDestination(v.DType(), v.Shape())
+	default:
+		out, err = Allocate(d, v.DType(), v.Shape(), false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := copyComplete(out, v, s, true); err != nil {
+		out.Close()
+		return nil, err
+	}
+	if !isCUDA(d) { // host memory holds the data on return
+		err = out.Synchronize()
+	} else {
+		err = orderWorkStream(out)
+	}
+	if err != nil {
+		out.Close()
+		return nil, engineErr(err)
+	}
+	return out, nil
+}
+
+// copyTo returns a new C-contiguous copy of t's view on d, for exports.
+func copyTo(t *Tensor, d dlpack.Device) (*zerocopy.View, error) {
+	if d.Type != dlpack.CPU && d.Type != dlpack.CUDA && d.Type != dlpack.CUDAHost {
+		return nil, Errorf(BufferError, "dlbridge: copies to %s are not supported (cpu, cuda and cuda_host only)", d)
+	}
+	v, err := CopyToDevice(t.View, d, CopyOptions{})
+	if err != nil {
+		return nil, WithCode(BufferError, err)
+	}
+	return v, nil
+}
+
+// WorkStream is the CUDA stream dlbridge's own work on device id runs on
+// (a non-blocking stream of its own); 1, the legacy default stream, when
+// the device cannot be used.
+func WorkStream(id int32) uintptr {
+	s, err := zerocopy.WorkStream(int(id))
+	if err != nil {
+		return uintptr(StreamLegacy)
+	}
+	return s.Handle()
+}
+
+// WaitForProducer makes our work stream on d wait for the work queued so
+// far on producer (the C exchange API's current work stream), by event.
+func WaitForProducer(d dlpack.Device, producer uintptr) error {
+	s, err := zerocopy.WorkStream(int(d.ID))
+	if err != nil {
+		return engineErr(err)
+	}
+	return engineErr(zerocopy.WaitStream(s, producer))
+}
+
+// PointerDevice is the CUDA device that owns memory p (for the CUDA Array
+// Interface, which names no device).
+func PointerDevice(p uintptr) (int32, error) {
+	if !CUDAAvailable() {
+		return 0, noGPU(dlpack.CUDADevice(0))
+	}
+	k, ord, err := zerocopy.ClassifyPointer(p)
+	if err != nil || k == zerocopy.PointerUnknown {
+		return 0, Errorf(BufferError, "dlbridge: %#x is not CUDA memory the driver knows (%v)", p, err)
+	}
+	return int32(ord), nil
+}
+
+func valueOf(s Scalar) zerocopy.Value {
+	switch s.Kind {
+	case IntScalar:
+		return zerocopy.Int(s.I)
+	case UintScalar:
+		return zerocopy.Uint(s.U)
+	case BoolScalar:
+		return zerocopy.Bool(s.I != 0)
+	case ComplexScalar:
+		return zerocopy.Complex(complex(s.F, s.Im))
+	}
+	return zerocopy.Float(s.F)
+}
+
+func scalarOf(x zerocopy.Value) Scalar {
+	switch x.Kind {
+	case zerocopy.IntValue, zerocopy.BoolValue:
+		return Int(x.I)
+	case zerocopy.UintValue:
+		return Uint(x.U)
+	case zerocopy.ComplexValue:
+		return Complex(real(x.C), imag(x.C))
+	}
+	return Float(real(x.C))
+}
+
+var spinKernels struct {
+	sync.Mutex
+	k map[int]*cuda.Kernels
+}
+
+// DebugSpinWrite queues, on the work stream, a kernel that busy-waits for
+// spin and then writes value into every element of a contiguous CUDA tensor
+// of a 4-byte dtype (its bits: 0x3f800000 is float32 1.0). It returns at
+// once, leaving the write pending on the tensor, so tests can check that
+// consumers are ordered after it.
+func DebugSpinWrite(t *Tensor, value uint32, spin time.Duration) error {
+	v := t.View
+	d := v.Device()
+	if !isCUDA(d) || !CUDAAvailable() {
+		return Errorf(ValueError, "dlbridge: spin write needs a CUDA tensor, not one on %s", d)
+	}
+	if v.DType().ItemSize() != 4 || !v.IsCContiguous() || v.ReadOnly() {
+		return Errorf(ValueError, "dlbridge: spin write needs a writable, contiguous tensor of a 4-byte dtype, not %s%v", v.DType(), v.Shape())
+	}
+	s, err := zerocopy.WorkStream(int(d.ID))
+	if err != nil {
+		return engineErr(err)
+	}
+	// Order after what is pending on the tensor, then become its write.
+	if err := v.OrderBefore(s.Handle()); err != nil {
+		return engineErr(err)
+	}
+	spinKernels.Lock()
+	k := spinKernels.k[int(d.ID)]
+	if k == nil {
+		if k, err = s.Context().LoadKernels(); err != nil {
+			spinKernels.Unlock()
+			return engineErr(err)
+		}
+		if spinKernels.k == nil {
+			spinKernels.k = map[int]*cuda.Kernels{}
+		}
+		spinKernels.k[int(d.ID)] = k
+	}
+	spinKernels.Unlock()
+	if n := v.Len(); n > 0 {
+		if err := k.SpinThenWrite(s, cuda.DevicePtr(v.Ptr()), n, value, spin); err != nil {
+			return engineErr(err)
+		}
+	}
+	v.SetStream(s.Handle())
+	return nil
+}

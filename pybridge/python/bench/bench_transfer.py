@@ -1,0 +1,243 @@
+"""Host <-> GPU and GPU <-> GPU transfers through dlbridge's public API next to
+PyTorch and CuPy doing the same, in one process, 4 KiB to 1 GiB of float32.
+
+Each cell is the best of 5 timed calls after one warm-up call; a call ends
+when the device is idle again (cuCtxSynchronize through dlbridge.synchronize,
+the same for every library), and its result is dropped outside the timed
+region. GB/s is bytes moved / time (one way; 1 GB = 1e9 bytes). ratio is
+dlbridge's GB/s over the best peer's. Every cell's result is checked
+against the source data; a wrong one prints WRONG and the exit status is 1.
+
+The dlbridge cells use only the public API, so they measure whatever engine
+the library has:
+  h2d       host -> new GPU tensor, pageable NumPy: dlbridge.asarray(a).to("cuda")
+            | torch.from_numpy(a).cuda() | cupy.asarray(a)
+  h2d-into  host -> existing GPU tensor: dst.copy_(a) | dst.copy_(torch.from_numpy(a)) | dst.set(a)
+  d2h       GPU -> new host array: t.to("cpu") | x.cpu() | cupy.asnumpy(c)
+  d2h-into  GPU -> existing NumPy array: out.copy_(g) | torch.from_numpy(out).copy_(x) | c.get(out=out)
+  d2d       GPU -> existing GPU tensor: dst.copy_(g) | dst.copy_(x) | dst[...] = c
+  peer      cuda:0 -> new tensor on cuda:1: t.to("cuda:1") | x.to("cuda:1") | cupy.array(c) on Device(1)
+  peer-into cuda:0 -> existing tensor on cuda:1: dst.copy_(g) | dst.copy_(x) | dst.data.copy_from_device
+
+    DLBRIDGE_LIB=build/libdlbridge.so PYTHONPATH=pybridge/python \\
+        python3 pybridge/python/bench/bench_transfer.py [--max-mib 1024] [--reps 5]
+"""
+
+import argparse
+import gc
+import platform
+import sys
+import time
+
+import numpy as np
+
+import dlbridge
+
+
+def optional(name):
+    try:
+        return __import__(name)
+    except Exception:
+        return None
+
+
+torch = optional("torch")
+if torch is not None and not torch.cuda.is_available():
+    torch = None
+cupy = optional("cupy")
+if cupy is not None:
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        cupy = None
+
+LIBS = ("dlbridge", "torch", "cupy")
+
+
+def sync():
+    for d in range(min(dlbridge.cuda_device_count(), 2)):
+        dlbridge.synchronize(d)
+
+
+def best_of(fn, reps):
+    """(best seconds, last result): fn() once to warm up, then reps timed calls."""
+    r = fn()
+    sync()
+    best = float("inf")
+    for _ in range(reps):
+        r = None
+        gc.collect()
+        t0 = time.perf_counter()
+        r = fn()
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return best, r
+
+
+def to_host(r):
+    """A GPU result (any library's) as a NumPy array, through a trusted path."""
+    if torch is not None:
+        return torch.from_dlpack(r).cpu().numpy()
+    if cupy is not None:
+        return cupy.asnumpy(cupy.from_dlpack(r))
+    return np.from_dlpack(dlbridge.from_dlpack(r).to("cpu"))
+
+
+def same_device(r, ref):
+    """Whether GPU result r holds ref's data; compared on the GPU where torch is there."""
+    if torch is not None:
+        return bool(torch.equal(torch.from_dlpack(r), ref))
+    return np.array_equal(to_host(r), ref)
+
+
+def cases(n, a, devices):
+    """{direction: {lib: (fn, check)}} for n float32 elements of source a."""
+    out = {}
+    nbytes = 4 * n
+    ref = [torch.from_numpy(a).to("cuda:%d" % d) for d in devices] if torch is not None else [a] * len(devices)
+    host_ok = lambda r: np.array_equal(np.asarray(r), a)  # noqa: E731
+    g = dlbridge.asarray(a).to("cuda:0")
+    x = torch.from_numpy(a).cuda() if torch is not None else None
+    c = cupy.asarray(a) if cupy is not None else None
+    sync()
+
+    def add(direction, lib, fn, check):
+        out.setdefault(direction, {})[lib] = (fn, check)
+
+    dev_ok = lambda r: same_device(r, ref[0])  # noqa: E731
+    add("h2d", "dlbridge", lambda: dlbridge.asarray(a).to("cuda"), dev_ok)
+    g_dst = dlbridge.empty(n, "float32", device="cuda:0")
+    add("h2d-into", "dlbridge", lambda: g_dst.copy_(a), dev_ok)
+    add("d2h", "dlbridge", lambda: g.to("cpu"), lambda r: np.array_equal(np.from_dlpack(r), a))
+    out_d = np.zeros_like(a)
+    out_dt = dlbridge.asarray(out_d)
+    add("d2h-into", "dlbridge", lambda: out_dt.copy_(g), lambda r: np.array_equal(out_d, a))
+    g_dd = dlbridge.empty(n, "float32", device="cuda:0")
+    add("d2d", "dlbridge", lambda: g_dd.copy_(g), dev_ok)
+    if torch is not None:
+        add("h2d", "torch", lambda: torch.from_numpy(a).cuda(), dev_ok)
+        x_dst = torch.empty(n, device="cuda:0")
+        add("h2d-into", "torch", lambda: x_dst.copy_(torch.from_numpy(a)), dev_ok)
+        add("d2h", "torch", lambda: x.cpu(), lambda r: np.array_equal(r.numpy(), a))
+        out_t = np.zeros_like(a)
+        out_tt = torch.from_numpy(out_t)
+        add("d2h-into", "torch", lambda: out_tt.copy_(x), lambda r: np.array_equal(out_t, a))
+        x_dd = torch.empty(n, device="cuda:0")
+        add("d2d", "torch", lambda: x_dd.copy_(x), dev_ok)
+    if cupy is not None:
+        add("h2d", "cupy", lambda: cupy.asarray(a), dev_ok)
+        c_dst = cupy.empty(n, dtype=cupy.float32)
+        add("h2d-into", "cupy", lambda: (c_dst.set(a), c_dst)[1], dev_ok)
+        add("d2h", "cupy", lambda: cupy.asnumpy(c), host_ok)
+        out_c = np.zeros_like(a)
+        add("d2h-into", "cupy", lambda: c.get(out=out_c), lambda r: np.array_equal(out_c, a))
+        c_dd = cupy.empty(n, dtype=cupy.float32)
+
+        def cupy_d2d():
+            c_dd[...] = c
+            return c_dd
+
+        add("d2d", "cupy", cupy_d2d, dev_ok)
+    if len(devices) > 1:
+        peer_ok = lambda r: same_device(r, ref[1])  # noqa: E731
+        add("peer", "dlbridge", lambda: g.to("cuda:1"), peer_ok)
+        g1 = dlbridge.empty(n, "float32", device="cuda:1")
+        add("peer-into", "dlbridge", lambda: g1.copy_(g), peer_ok)
+        if torch is not None:
+            add("peer", "torch", lambda: x.to("cuda:1"), peer_ok)
+            x1 = torch.empty(n, device="cuda:1")
+            add("peer-into", "torch", lambda: x1.copy_(x), peer_ok)
+        if cupy is not None:
+            def cupy_peer():
+                with cupy.cuda.Device(1):
+                    return cupy.array(c)
+
+            add("peer", "cupy", cupy_peer, peer_ok)
+            with cupy.cuda.Device(1):
+                c1 = cupy.empty(n, dtype=cupy.float32)
+
+            def cupy_peer_into():
+                c1.data.copy_from_device(c.data, nbytes)
+                return c1
+
+            add("peer-into", "cupy", cupy_peer_into, peer_ok)
+    return out
+
+
+def human(nbytes):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= k:
+            return "%d %s" % (nbytes // k, unit)
+    return "%d B" % nbytes
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--max-mib", type=int, default=1024, help="largest transfer in MiB (default 1024)")
+    ap.add_argument("--reps", type=int, default=5, help="timed calls per cell (default 5)")
+    args = ap.parse_args()
+    if not dlbridge.cuda_available():
+        print("bench_transfer: no CUDA device")
+        return 0
+    ndev = dlbridge.cuda_device_count()
+    devices = [0, 1] if ndev > 1 else [0]
+    sizes = [4 << 10]
+    while sizes[-1] * 4 <= args.max_mib << 20:
+        sizes.append(sizes[-1] * 4)
+    if sizes[-1] < args.max_mib << 20:
+        sizes.append(args.max_mib << 20)
+    name = torch.cuda.get_device_name(0) if torch is not None else "cuda:0"
+    print("bench_transfer: %s x%d; python %s, numpy %s, torch %s, cupy %s; dlbridge fast path %s"
+          % (name, ndev, platform.python_version(), np.__version__,
+             torch.__version__ if torch else "-", cupy.__version__ if cupy else "-", dlbridge.fast_path))
+    print("GB/s, best of %d (1 GB = 1e9 bytes); ratio = dlbridge / best peer" % args.reps)
+    results = {}  # (direction, size) -> {lib: (gbps, ok)}
+    wrong = 0
+    for size in sizes:
+        n = size // 4
+        a = np.arange(n, dtype=np.float32)
+        table = cases(n, a, devices)
+        for direction, libs in table.items():
+            row = results.setdefault((direction, size), {})
+            for lib, (fn, check) in libs.items():
+                try:
+                    t, r = best_of(fn, args.reps)
+                    ok = bool(check(r))
+                    row[lib] = (size / t / 1e9, ok)
+                except Exception as e:  # reported in the table, counted as wrong
+                    row[lib] = (0.0, False)
+                    print("  %s %s %s: %s: %s" % (direction, human(size), lib, type(e).__name__, e))
+                if not row[lib][1]:
+                    wrong += 1
+                r = None
+        del table
+        gc.collect()
+        sync()
+        print("  done %s" % human(size), file=sys.stderr)
+    directions = []
+    for d, _ in results:
+        if d not in directions:
+            directions.append(d)
+    for d in directions:
+        print("\n%s" % d)
+        print("%10s %10s %10s %10s %8s" % ("size", "dlbridge", "torch", "cupy", "ratio"))
+        for size in sizes:
+            row = results.get((d, size))
+            if row is None:
+                continue
+            cells = []
+            for lib in LIBS:
+                if lib not in row:
+                    cells.append("%10s" % "-")
+                else:
+                    gbps, ok = row[lib]
+                    cells.append("%10.2f" % gbps if ok else "%10s" % "WRONG")
+            peers = [row[lib][0] for lib in LIBS[1:] if lib in row and row[lib][1]]
+            ratio = "%8.2f" % (row["dlbridge"][0] / max(peers)) if peers and row["dlbridge"][1] else "%8s" % "-"
+            print("%10s %s %s" % (human(size), " ".join(cells), ratio))
+    print("\ncells checked: %d wrong" % wrong)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Builds the dlbridge package: two native parts beside the Python code.
+
+- dlbridge/libdlbridge.so, the Go c-shared library (pybridge/cmd/libdlbridge),
+  built with the Go toolchain from the Go module this directory sits in (or
+  the copy of it an sdist carries under _gosrc/). Needs Go and a C compiler
+  for cgo.
+- dlbridge._core, the CPython extension (src/_core.c), compiled against the
+  interpreter's Python.h; stable ABI (abi3) on CPython 3.11+ with the GIL.
+  It does not link against the library: dlbridge loads the library at its
+  first use and hands the extension its entry points.
+
+    pip install ./pybridge/python                        # or pip wheel
+    pip install --no-build-isolation ./pybridge/python   # offline, Debian's setuptools
+    python3 setup.py build_ext --inplace                 # the checkout itself (make ext)
+
+The wheel runs without Go. GO and CC choose the toolchains.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.sdist import sdist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULE = "module github.com/dlbridge/dlbridge"
+# Stable ABI from 3.11 (the buffer-protocol slots joined it then), where no
+# free-threaded interpreter is in use (abi3 does not cover those).
+ABI3 = sys.version_info >= (3, 11) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+ABI3_TAG, ABI3_HEX = "cp311", "0x030B0000"
+
+
+class BuildError(Exception):
+    """A missing tool or source, said in one sentence."""
+
+
+def go_root():
+    """The directory of the Go module github.com/dlbridge/dlbridge."""
+    cands = [os.environ.get("DLBRIDGE_GO_SRC"), os.path.join(HERE, "_gosrc"),
+             os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))]
+    for d in cands:
+        if not d:
+            continue
+        try:
+            with open(os.path.join(d, "go.mod")) as f:
+                if f.readline().strip() == MODULE:
+                    return d
+        except OSError:
+            pass
+    raise BuildError(
+        "dlbridge: the Go sources were not found (go.mod of github.com/dlbridge/dlbridge in %s); "
+        "build from a checkout of dlbridge (pip install ./pybridge/python) or an sdist made by "
+        "`python3 setup.py sdist`, or set DLBRIDGE_GO_SRC" % " or ".join(c for c in cands if c))
+
+
+def find_go():
+    go = os.environ.get("GO")
+    if go:
+        if not shutil.which(go):
+            raise BuildError(
+                "dlbridge: GO=%s is not an executable: building libdlbridge.so needs the Go "
+                "toolchain (1.25 or later)" % go)
+        return go
+    go = shutil.which("go")
+    if not go and os.access("/usr/local/go/bin/go", os.X_OK):
+        go = "/usr/local/go/bin/go"
+    if not go:
+        raise BuildError(
+            "dlbridge: building libdlbridge.so needs the Go toolchain (1.25 or later): install it "
+            "(https://go.dev/dl) and put `go` on PATH, or set GO=/path/to/go")
+    return go
+
+
+def find_cc(name):
+    """The C compiler cgo and the extension use: $CC, else gcc, cc or clang."""
+    cc = os.environ.get("CC", "").split()
+    if cc:
+        if not shutil.which(cc[0]):
+            raise BuildError(
+                "dlbridge: CC=%s is not an executable: building %s needs a C compiler (gcc)"
+                % (cc[0], name))
+        return cc[0]
+    for c in ("gcc", "cc", "clang"):
+        if shutil.which(c):
+            return c
+    raise BuildError(
+        "dlbridge: building %s needs a C compiler (gcc): install it (apt-get install gcc) "
+        "or set CC" % name)
+
+
+class GoLibrary(Extension):
+    """libdlbridge.so: a c-shared library built by `go build`, shipped in
+    the package under its own name (no Python module suffix)."""
+
+    def __init__(self, name, package_dir):
+        super().__init__(name, sources=[])
+        self.main_package = package_dir
+
+
+class BuildExt(build_ext):
+    def get_ext_filename(self, fullname):
+        ext = self.ext_map.get(fullname) if hasattr(self, "ext_map") else None
+        if isinstance(ext, GoLibrary):
+            return os.path.join(*fullname.split(".")[:-1], fullname.split(".")[-1] + ".so")
+        return super().get_ext_filename(fullname)
+
+    def run(self):
+        try:
+            super().run()
+        except BuildError as e:
+            sys.exit(str(e))
+
+    def build_extension(self, ext):
+        if isinstance(ext, GoLibrary):
+            self.build_go(ext)
+            return
+        find_cc("the extension dlbridge._core")
+        include = sysconfig.get_paths()["include"]
+        if not os.path.exists(os.path.join(include, "Python.h")):
+            raise BuildError(
+                "dlbridge: building the extension dlbridge._core needs Python's C headers "
+                "(%s/Python.h is missing): install them (apt-get install python3-dev)" % include)
+        super().build_extension(ext)
+
+    def build_go(self, ext):
+        go, root = find_go(), go_root()
+        find_cc("libdlbridge.so (cgo)")
+        out = os.path.abspath(self.get_ext_fullpath(ext.name))
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        cmd = [go, "build", "-buildmode=c-shared", "-ldflags=-s -w", "-o", out, ext.main_package]
+        print(" ".join(cmd), "(in %s)" % root, flush=True)
+        env = dict(os.environ, CGO_ENABLED="1")
+        try:
+            subprocess.run(cmd, cwd=root, env=env, check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise BuildError("dlbridge: `go build` of libdlbridge.so failed: %s" % e) from None
+        header = os.path.splitext(out)[0] + ".h"  # go build writes the cgo header beside it
+        if os.path.exists(header):
+            os.remove(header)
+
+
+class Sdist(sdist):
+    """An sdist that carries the Go module (under _gosrc/), so that a wheel
+    can be built from it alone."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        root = go_root()
+        dest = os.path.join(base_dir, "_gosrc")
+        try:
+            listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, check=True,
+                                    capture_output=True).stdout.decode().split("\0")
+        except (OSError, subprocess.CalledProcessError):  # an sdist of an sdist
+            listed = [os.path.relpath(os.path.join(d, f), root)
+                      for d, _, fs in os.walk(root) for f in fs]
+        # Every file of the module (embedded files such as cuda/kernels/*.ptx
+        # too) but this package, programs and tests.
+        skip_dirs = ("pybridge/python/", "bench/", "examples/", "scripts/", "testdata/", ".")
+        for rel in listed:
+            if not rel or rel.startswith(skip_dirs) or rel.endswith(("_test.go", ".test")) or "/testdata/" in rel:
+                continue
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
+            shutil.copy2(os.path.join(root, rel), os.path.join(dest, rel))
+
+
+def extensions():
+    try:
+        root = go_root()
+    except BuildError:
+        root = os.path.join(HERE, "_gosrc")  # reported when the library is built
+    core = Extension(
+        "dlbridge._core",
+        sources=["src/_core.c"],
+        include_dirs=[os.path.join(root, "pybridge", "capi"), os.path.join(root, "pybridge")],
+        depends=[os.path.join(root, "pybridge", "capi", h) for h in ("pyabi.h", "capi.h")]
+        + [os.path.join(root, "pybridge", "pyapi.h")],
+        extra_compile_args=["-std=c11"],
+        define_macros=[("Py_LIMITED_API", ABI3_HEX)] if ABI3 else [],
+        py_limited_api=ABI3,
+    )
+    return [GoLibrary("dlbridge.libdlbridge", "./pybridge/cmd/libdlbridge"), core]
+
+
+setup(
+    ext_modules=extensions(),
+    cmdclass={"build_ext": BuildExt, "sdist": Sdist},
+    options={"bdist_wheel": {"py_limited_api": ABI3_TAG}} if ABI3 else {},
+)

@@ -1,0 +1,1087 @@
+// dlbridge._core: the CPython extension of the dlbridge package. It holds
+// the base type of dlbridge.Tensor (_CTensor) with __dlpack__,
+// __dlpack_device__ and the buffer protocol in C, module functions that wrap
+// handles and consume capsules in one call, and DLPack 1.3's C exchange API
+// (__dlpack_c_exchange_api__) both as a producer (on _CTensor) and as a
+// consumer (of PyTorch's).
+//
+// Loading. The extension does not link against libdlbridge: importing
+// dlbridge must not start the Go runtime. dlbridge._lib loads the library at
+// the first call that needs it and hands its table of entry points (pyabi.h)
+// to bind(); the functions here that can be a process's first dlbridge call
+// (take, exchange_import) ask dlbridge._lib to load it.
+//
+// Ownership. A handle (pybridge's table) holds one reference on a tensor's
+// memory. _CTensor wraps the handle in a keeper: a C refcount that the
+// object holds once and every fast DLPack export holds once more, so an
+// export costs a malloc and an atomic increment, and no call into Go; the
+// last release closes the handle (a call into Go, which may run a foreign
+// deleter, with the GIL taken if needed). Exports that need Go (a copy,
+// another device, stream ordering) go through the library's export and hold
+// a reference of their own.
+//
+// Fork. In a child forked after the library was loaded the Go runtime is
+// gone (pyabi.h's forked flag): every call that would enter Go raises
+// RuntimeError instead, and releasing a keeper there frees nothing of Go's.
+//
+// Free-threaded CPython: the module does not declare Py_mod_gil, so such an
+// interpreter enables the GIL when it imports it (and says so with a
+// RuntimeWarning): the object state here relies on the GIL.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyabi.h"
+
+_Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "the buffer protocol shares the int64 shape array");
+
+#define DLB_CPU 1
+#define DLB_CUDA 2
+#define DLB_CUDA_HOST 3
+#define DLB_CUDA_MANAGED 13
+
+// The library's entry points; NULL until dlbridge._lib binds them.
+static const dlb_pyext_api *T;
+
+static const char fork_msg[] =
+	"dlbridge: this process was forked after dlbridge started its library (and the Go runtime) in the "
+	"parent; the Go runtime does not survive fork(), so dlbridge cannot be used in this process. To use "
+	"dlbridge in subprocesses, use the 'spawn' or 'forkserver' start method of multiprocessing "
+	"(multiprocessing.set_start_method('spawn')), or fork before dlbridge's first use";
+
+static int forked(void) { return T && atomic_load_explicit(T->forked, memory_order_relaxed); }
+
+// load_library makes T usable: loads the library through dlbridge._lib if
+// needed; -1 with an exception set if it cannot be (also in a forked child).
+static int load_library(void) {
+	if (!T) {
+		PyObject *m = PyImport_ImportModule("dlbridge._lib");
+		if (!m) return -1;
+		PyObject *r = PyObject_CallMethod(m, "load", NULL);
+		Py_DECREF(m);
+		if (!r) return -1;
+		Py_DECREF(r);
+		if (!T) {
+			PyErr_SetString(PyExc_RuntimeError, "dlbridge: the library was loaded but not bound to dlbridge._core");
+			return -1;
+		}
+	}
+	if (forked()) {
+		PyErr_SetString(PyExc_RuntimeError, fork_msg);
+		return -1;
+	}
+	return 0;
+}
+
+#define NEED_LIBRARY(fail)                                 \
+	do {                                                   \
+		if ((!T || forked()) && load_library() < 0) fail; \
+	} while (0)
+
+// raise_code raises the exception of a pybridge.Code with msg.
+static void raise_code(int32_t code, const char *msg) {
+	PyObject *exc;
+	switch (code) {
+	case 1: exc = PyExc_BufferError; break;
+	case 2: exc = PyExc_TypeError; break;
+	case 3: exc = PyExc_ValueError; break;
+	case 4: exc = PyExc_MemoryError; break;
+	case 6: exc = PyExc_IndexError; break;
+	default: exc = PyExc_RuntimeError;
+	}
+	PyErr_SetString(exc, msg);
+}
+
+// raise_last raises the error a library entry point just returned.
+static void raise_last(int32_t rc) { raise_code(rc, T->last_error()); }
+
+static void call_deleter(void *mt, int versioned) {
+	if (!mt) return;
+	if (versioned) {
+		dlb_DLManagedTensorVersioned *m = mt;
+		if (m->deleter) m->deleter(m);
+	} else {
+		dlb_DLManagedTensor *m = mt;
+		if (m->deleter) m->deleter(m);
+	}
+}
+
+// ---- keepers and fast exports ----
+
+typedef struct {
+	_Atomic int64_t refs;
+	uint64_t handle;
+} keeper;
+
+static keeper *keeper_new(uint64_t h) {
+	keeper *k = malloc(sizeof *k);
+	if (!k) return NULL;
+	atomic_init(&k->refs, 1);
+	k->handle = h;
+	return k;
+}
+
+static void keeper_retain(keeper *k) { atomic_fetch_add_explicit(&k->refs, 1, memory_order_relaxed); }
+
+// keeper_release may run on any thread, with or without the GIL.
+static void keeper_release(keeper *k) {
+	if (atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) == 1) {
+		// An error here (none expected) has no one to report to. In a forked
+		// child the handle stays open: Go cannot be entered there.
+		if (!forked()) T->close(k->handle);
+		free(k);
+	}
+}
+
+static void fast_deleter_versioned(dlb_DLManagedTensorVersioned *mt) {
+	keeper *k = mt->manager_ctx;
+	free(mt);
+	atomic_fetch_sub(T->fast_live, 1);
+	keeper_release(k);
+}
+
+static void fast_deleter_legacy(dlb_DLManagedTensor *mt) {
+	keeper *k = mt->manager_ctx;
+	free(mt);
+	atomic_fetch_sub(T->fast_live, 1);
+	keeper_release(k);
+}
+
+// ---- capsules ----
+
+static const char name_legacy[] = "dltensor";
+static const char name_versioned[] = "dltensor_versioned";
+static const char name_used_legacy[] = "used_dltensor";
+static const char name_used_versioned[] = "used_dltensor_versioned";
+
+// capsule_destructor runs the deleter of a capsule we made only while it is
+// unconsumed (still named "dltensor" or "dltensor_versioned"). CPython
+// calls it holding the GIL, also during finalization; a pending exception
+// is kept as it was.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" // PyErr_Fetch on 3.12+ with the 3.11 limited API
+#endif
+static void capsule_destructor(PyObject *cap) {
+#if PY_VERSION_HEX >= 0x030C0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030C0000)
+	PyObject *exc = PyErr_GetRaisedException();
+#else
+	PyObject *et, *ev, *tb;
+	PyErr_Fetch(&et, &ev, &tb);
+#endif
+	const char *name = PyCapsule_GetName(cap);
+	int versioned = -1;
+	if (name && strcmp(name, name_versioned) == 0) versioned = 1;
+	else if (name && strcmp(name, name_legacy) == 0) versioned = 0;
+	if (versioned >= 0) call_deleter(PyCapsule_GetPointer(cap, name), versioned);
+	PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 >= 0x030C0000)
+	PyErr_SetRaisedException(exc);
+#else
+	PyErr_Restore(et, ev, tb);
+#endif
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+// ---- _CTensor ----
+
+#define INLINE_DIMS 8
+
+typedef struct {
+	PyObject_HEAD
+	keeper *keeper; // NULL once released
+	uint64_t handle;
+	uint64_t ptr;
+	int32_t dev_type, dev_id;
+	uint8_t code, bits;
+	uint16_t lanes;
+	int32_t ndim;
+	uint32_t flags; // DLB_INFO_*
+	int32_t itemsize;
+	uint64_t stream;
+	int closed; // close() was called
+	int pinned; // a consumer holds this object, not a DLPack export: keep the memory until dealloc
+	int negstride;
+	int64_t *shape, *strides;      // in elements
+	Py_ssize_t *bstrides;          // in bytes, for the buffer protocol
+	PyObject *shape_t, *strides_t; // cached tuples
+	int64_t dims[3 * INLINE_DIMS];
+} CTensor;
+
+static PyTypeObject *ctensor_type;
+static PyObject *tensor_class; // dlbridge.Tensor, for tensors made from C (exchange API)
+
+static int is_ctensor(PyObject *o) { return o && PyObject_TypeCheck(o, ctensor_type); }
+
+// fill sets t from a handle's info; t takes over the handle. -1 with an
+// exception set on failure (the handle is then closed).
+static int fill(CTensor *t, uint64_t h, const dlb_info *info) {
+	int n = info->ndim;
+	int cap = n > INLINE_DIMS ? n : INLINE_DIMS;
+	if (n > INLINE_DIMS) {
+		int64_t *d = malloc(3 * sizeof(int64_t) * (size_t)n);
+		if (!d) {
+			T->close(h);
+			PyErr_NoMemory();
+			return -1;
+		}
+		t->shape = d;
+	} else {
+		t->shape = t->dims;
+	}
+	t->strides = t->shape + cap;
+	t->bstrides = (Py_ssize_t *)(t->strides + cap);
+	t->keeper = keeper_new(h);
+	if (!t->keeper) {
+		T->close(h);
+		PyErr_NoMemory();
+		return -1;
+	}
+	t->handle = h;
+	t->ptr = info->ptr;
+	t->dev_type = info->device_type;
+	t->dev_id = info->device_id;
+	t->code = info->code;
+	t->bits = info->bits;
+	t->lanes = info->lanes;
+	t->ndim = n;
+	t->flags = info->flags;
+	t->itemsize = info->itemsize;
+	t->stream = info->stream;
+	t->negstride = 0;
+	for (int i = 0; i < n; i++) {
+		t->shape[i] = info->shape[i];
+		t->strides[i] = info->strides[i];
+		t->bstrides[i] = (Py_ssize_t)(info->strides[i] * info->itemsize);
+		if (info->strides[i] < 0 && info->shape[i] > 1) t->negstride = 1;
+	}
+	return 0;
+}
+
+// new_tensor makes an instance of cls (a subclass of _CTensor) owning h.
+static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info) {
+	if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, ctensor_type)) {
+		T->close(h);
+		PyErr_SetString(PyExc_TypeError, "dlbridge: the class must be a subclass of _CTensor");
+		return NULL;
+	}
+	CTensor *t = (CTensor *)PyType_GenericAlloc((PyTypeObject *)cls, 0);
+	if (!t) {
+		T->close(h);
+		return NULL;
+	}
+	if (fill(t, h, info) < 0) {
+		Py_DECREF(t);
+		return NULL;
+	}
+	return (PyObject *)t;
+}
+
+static void ct_dealloc(PyObject *self) {
+	CTensor *t = (CTensor *)self;
+	PyTypeObject *tp = Py_TYPE(self);
+	if (t->keeper) keeper_release(t->keeper);
+	t->keeper = NULL;
+	if (t->shape && t->shape != t->dims) free(t->shape);
+	Py_XDECREF(t->shape_t);
+	Py_XDECREF(t->strides_t);
+	freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+	tp_free(self);
+	Py_DECREF(tp);
+}
+
+static int check_open(CTensor *t) {
+	if (t->closed || !t->keeper) {
+		PyErr_SetString(PyExc_ValueError, "dlbridge: the tensor is closed");
+		return -1;
+	}
+	if (forked()) {
+		PyErr_SetString(PyExc_RuntimeError, fork_msg);
+		return -1;
+	}
+	return 0;
+}
+
+// fast_export builds a managed tensor over t's memory held by t's keeper.
+static void *fast_export(CTensor *t, int versioned) {
+	int n = t->ndim;
+	size_t head = versioned ? sizeof(dlb_DLManagedTensorVersioned) : sizeof(dlb_DLManagedTensor);
+	char *p = malloc(head + 2 * sizeof(int64_t) * (size_t)(n ? n : 1));
+	if (!p) return NULL;
+	int64_t *shape = (int64_t *)(p + head), *strides = shape + n;
+	memcpy(shape, t->shape, sizeof(int64_t) * (size_t)n);
+	memcpy(strides, t->strides, sizeof(int64_t) * (size_t)n);
+	dlb_DLTensor *d;
+	if (versioned) {
+		dlb_DLManagedTensorVersioned *m = (void *)p;
+		m->version.major = 1;
+		m->version.minor = 3;
+		m->manager_ctx = t->keeper;
+		m->deleter = fast_deleter_versioned;
+		m->flags = (t->flags & DLB_INFO_READONLY ? 1u : 0u) | (t->flags & DLB_INFO_COPIED ? 2u : 0u) |
+			   (t->flags & DLB_INFO_PADDED ? 4u : 0u);
+		d = &m->dl_tensor;
+	} else {
+		dlb_DLManagedTensor *m = (void *)p;
+		m->manager_ctx = t->keeper;
+		m->deleter = fast_deleter_legacy;
+		d = &m->dl_tensor;
+	}
+	d->data = (void *)(uintptr_t)t->ptr;
+	d->device.device_type = t->dev_type;
+	d->device.device_id = t->dev_id;
+	d->ndim = n;
+	d->dtype.code = t->code;
+	d->dtype.bits = t->bits;
+	d->dtype.lanes = t->lanes;
+	d->shape = shape;
+	d->strides = n ? strides : shape;
+	d->byte_offset = 0;
+	keeper_retain(t->keeper);
+	atomic_fetch_add(T->fast_made, 1);
+	atomic_fetch_add(T->fast_live, 1);
+	return p;
+}
+
+// ---- integer arguments ----
+
+static PyObject *type_name(PyObject *o) {
+	PyObject *n = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
+	if (!n) {
+		PyErr_Clear();
+		n = PyUnicode_FromString("object");
+	}
+	return n;
+}
+
+// show_value is repr(v) cut to 60 characters (a hostile value may be a
+// megabyte string), as _convert.show writes it; NULL with an error set.
+static PyObject *show_value(PyObject *v) {
+	PyObject *r = PyObject_Repr(v);
+	if (!r) {
+		PyErr_Clear(); // a hostile __repr__
+		PyObject *tn = type_name(v);
+		if (!tn) return NULL;
+		r = PyUnicode_FromFormat("<%U object>", tn);
+		Py_DECREF(tn);
+		return r;
+	}
+	if (PyUnicode_GetLength(r) <= 60) return r;
+	PyObject *head = PyUnicode_Substring(r, 0, 57);
+	Py_DECREF(r);
+	if (!head) return NULL;
+	r = PyUnicode_FromFormat("%U...", head);
+	Py_DECREF(head);
+	return r;
+}
+
+// bad_value raises exc with "dlbridge: FIELD=VALUE (TYPE) WHAT", the
+// message _convert gives on the ctypes path.
+static void bad_value(PyObject *exc, const char *field, PyObject *v, const char *what) {
+	PyObject *shown = show_value(v);
+	PyObject *tn = shown ? type_name(v) : NULL;
+	if (tn) PyErr_Format(exc, "dlbridge: %s=%U (%U) %s", field, shown, tn, what);
+	Py_XDECREF(shown);
+	Py_XDECREF(tn);
+}
+
+// bool_like: bool, numpy.bool_ and 0-d bool arrays or tensors, whose
+// __index__ may work, but a flag is not an integer here (the Array API
+// refuses them); as _convert._is_bool decides.
+static int bool_like(PyObject *v) {
+	if (PyBool_Check(v)) return 1;
+	if (PyType_Check(v)) return 0;
+	PyObject *dt = PyObject_GetAttrString(v, "dtype");
+	if (!dt) {
+		PyErr_Clear();
+		return 0;
+	}
+	PyObject *name = PyObject_Str(dt);
+	Py_DECREF(dt);
+	if (!name) {
+		PyErr_Clear();
+		return 0;
+	}
+	int yes = PyUnicode_CompareWithASCIIString(name, "bool") == 0 ||
+		  PyUnicode_CompareWithASCIIString(name, "torch.bool") == 0;
+	Py_DECREF(name);
+	return yes;
+}
+
+// int_arg takes v with operator.index semantics (bool, float, str refused)
+// into *out, checked against [lo, hi], the range of ctype. name (with
+// "[index]" when index >= 0) is the argument as the message shows it
+// ("stream", "dl_device[1]"). -1 with TypeError or ValueError set on
+// failure, with the messages of dlbridge._convert.
+static int int_arg(PyObject *v, const char *name, int index, long long lo, long long hi, const char *ctype,
+		   long long *out) {
+	PyObject *i;
+	if (PyLong_CheckExact(v)) { // the usual case, without a new reference
+		int overflow = 0;
+		long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+		if (!overflow && x >= lo && x <= hi) {
+			*out = x;
+			return 0;
+		}
+		Py_INCREF(v);
+		i = v;
+	} else {
+		i = NULL;
+	}
+	char field[64];
+	if (index < 0) snprintf(field, sizeof field, "%s", name);
+	else snprintf(field, sizeof field, "%s[%d]", name, index);
+	if (!i) {
+		if (bool_like(v) || !PyIndex_Check(v)) {
+			bad_value(PyExc_TypeError, field, v, "is not an integer");
+			return -1;
+		}
+		i = PyNumber_Index(v);
+		if (!i) return -1;
+	}
+	int overflow = 0;
+	long long x = PyLong_AsLongLongAndOverflow(i, &overflow);
+	if (x == -1 && !overflow && PyErr_Occurred()) {
+		Py_DECREF(i);
+		return -1;
+	}
+	if (overflow || x < lo || x > hi) {
+		PyErr_Format(PyExc_ValueError, "dlbridge: %s=%S out of range for %s (%lld..%lld)", field, i, ctype, lo, hi);
+		Py_DECREF(i);
+		return -1;
+	}
+	Py_DECREF(i);
+	*out = x;
+	return 0;
+}
+
+// pair_arg takes v, a sequence of exactly two integers, into out[0..1].
+static int pair_arg(PyObject *v, const char *name, long long lo, long long hi, const char *ctype, long long out[2]) {
+	if (PyTuple_Check(v) && PyTuple_Size(v) == 2) { // the usual case: borrowed items
+		for (int k = 0; k < 2; k++)
+			if (int_arg(PyTuple_GetItem(v, k), name, k, lo, hi, ctype, &out[k]) < 0) return -1;
+		return 0;
+	}
+	if (!(PyTuple_Check(v) || PyList_Check(v)) || PySequence_Size(v) != 2) {
+		bad_value(PyExc_TypeError, name, v, "is not a pair of integers");
+		return -1;
+	}
+	for (int k = 0; k < 2; k++) {
+		PyObject *e = PySequence_GetItem(v, k);
+		if (!e) return -1;
+		int rc = int_arg(e, name, k, lo, hi, ctype, &out[k]);
+		Py_DECREF(e);
+		if (rc < 0) return -1;
+	}
+	return 0;
+}
+
+// ---- _CTensor methods ----
+
+static PyObject *s_stream, *s_max_version, *s_dl_device, *s_copy;
+
+static int kw_is(PyObject *name, PyObject *want) { return name == want || PyUnicode_Compare(name, want) == 0; }
+
+// __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+static PyObject *ct_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+	CTensor *t = (CTensor *)self;
+	if (nargs != 0) {
+		PyErr_SetString(PyExc_TypeError,
+				"__dlpack__() takes keyword arguments only (stream, max_version, dl_device, copy)");
+		return NULL;
+	}
+	PyObject *stream = NULL, *max_version = NULL, *dl_device = NULL, *copy = NULL;
+	if (kwnames) {
+		Py_ssize_t nkw = PyTuple_Size(kwnames);
+		for (Py_ssize_t i = 0; i < nkw; i++) {
+			PyObject *k = PyTuple_GetItem(kwnames, i), *v = args[i];
+			if (kw_is(k, s_stream)) stream = v;
+			else if (kw_is(k, s_max_version)) max_version = v;
+			else if (kw_is(k, s_dl_device)) dl_device = v;
+			else if (kw_is(k, s_copy)) copy = v;
+			else {
+				PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument '%U'", k);
+				return NULL;
+			}
+		}
+	}
+	if (check_open(t) < 0) return NULL;
+	int versioned = 0;
+	if (max_version && max_version != Py_None) {
+		long long mv[2];
+		if (pair_arg(max_version, "max_version", 0, UINT32_MAX, "uint32", mv) < 0) return NULL;
+		versioned = mv[0] >= 1;
+	}
+	int has_stream = 0;
+	long long s = 0;
+	if (stream && stream != Py_None) {
+		if (int_arg(stream, "stream", -1, INT64_MIN, INT64_MAX, "int64", &s) < 0) return NULL;
+		has_stream = 1;
+	}
+	int has_dev = 0;
+	long long dev[2] = {0, 0};
+	if (dl_device && dl_device != Py_None) {
+		if (pair_arg(dl_device, "dl_device", INT32_MIN, INT32_MAX, "int32", dev) < 0)
+			return NULL;
+		has_dev = dev[0] != t->dev_type || dev[1] != t->dev_id;
+	}
+	int cm = 0; // pybridge.CopyMode: 0 if needed, 1 never, 2 always
+	if (copy && copy != Py_None) {
+		int c = PyObject_IsTrue(copy);
+		if (c < 0) return NULL;
+		cm = c ? 2 : 1;
+	}
+	// The fast path: no copy, same device, nothing to order, a request a
+	// legacy capsule can carry. Everything else (and every error) is Go's.
+	int fast = !has_dev && cm != 2;
+	if (fast && !versioned && ((t->flags & DLB_INFO_READONLY) || t->negstride)) fast = 0;
+	if (fast) {
+		if (t->dev_type == DLB_CUDA) {
+			uint64_t consumer = has_stream ? (uint64_t)s : 1; // None: the legacy default stream
+			if (has_stream && s == 0) fast = 0;                // ambiguous: Go raises
+			else if (has_stream && s == -1) {
+			} else if (t->stream != 0 && t->stream != consumer) fast = 0; // needs an event
+		} else if (has_stream && s != -1) {
+			fast = 0; // Go raises for a stream on a host tensor
+		} else if (t->dev_type != DLB_CPU && t->dev_type != DLB_CUDA_HOST && t->dev_type != DLB_CUDA_MANAGED) {
+			fast = 0;
+		}
+	}
+	void *mt = NULL;
+	if (fast) {
+		mt = fast_export(t, versioned);
+		if (!mt) return PyErr_NoMemory();
+	} else {
+		int32_t rc = T->export_(t->handle, versioned, has_stream, (int64_t)s, has_dev, (int32_t)dev[0],
+					(int32_t)dev[1], cm, &mt);
+		if (rc) {
+			raise_last(rc);
+			return NULL;
+		}
+	}
+	PyObject *cap = PyCapsule_New(mt, versioned ? name_versioned : name_legacy, capsule_destructor);
+	if (!cap) call_deleter(mt, versioned);
+	return cap;
+}
+
+static PyObject *ct_dlpack_device(PyObject *self, PyObject *unused) {
+	CTensor *t = (CTensor *)self;
+	return Py_BuildValue("(ii)", (int)t->dev_type, (int)t->dev_id);
+}
+
+static PyObject *ct_close(PyObject *self, PyObject *unused) {
+	CTensor *t = (CTensor *)self;
+	if (!t->closed) {
+		t->closed = 1;
+		if (!t->pinned && t->keeper) {
+			keeper *k = t->keeper;
+			t->keeper = NULL;
+			keeper_release(k);
+		}
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *ct_pin(PyObject *self, PyObject *unused) {
+	CTensor *t = (CTensor *)self;
+	if (check_open(t) < 0) return NULL;
+	t->pinned = 1;
+	Py_RETURN_NONE;
+}
+
+static PyObject *tuple_of(const int64_t *v, int n) {
+	PyObject *tup = PyTuple_New(n);
+	if (!tup) return NULL;
+	for (int i = 0; i < n; i++) {
+		PyObject *x = PyLong_FromLongLong(v[i]);
+		if (!x) {
+			Py_DECREF(tup);
+			return NULL;
+		}
+		PyTuple_SetItem(tup, i, x);
+	}
+	return tup;
+}
+
+static PyObject *get_h(PyObject *self, void *c) {
+	CTensor *t = (CTensor *)self;
+	return PyLong_FromUnsignedLongLong(t->closed || !t->keeper ? 0 : t->handle);
+}
+static PyObject *get_ptr(PyObject *self, void *c) { return PyLong_FromUnsignedLongLong(((CTensor *)self)->ptr); }
+static PyObject *get_shape(PyObject *self, void *c) {
+	CTensor *t = (CTensor *)self;
+	if (!t->shape_t && !(t->shape_t = tuple_of(t->shape, t->ndim))) return NULL;
+	Py_INCREF(t->shape_t);
+	return t->shape_t;
+}
+static PyObject *get_strides(PyObject *self, void *c) {
+	CTensor *t = (CTensor *)self;
+	if (!t->strides_t && !(t->strides_t = tuple_of(t->strides, t->ndim))) return NULL;
+	Py_INCREF(t->strides_t);
+	return t->strides_t;
+}
+static PyObject *get_code(PyObject *self, void *c) {
+	CTensor *t = (CTensor *)self;
+	int64_t v[3] = {t->code, t->bits, t->lanes};
+	return tuple_of(v, 3);
+}
+static PyObject *get_dev(PyObject *self, void *c) {
+	CTensor *t = (CTensor *)self;
+	int64_t v[2] = {t->dev_type, t->dev_id};
+	return tuple_of(v, 2);
+}
+static PyObject *get_flags(PyObject *self, void *c) { return PyLong_FromLongLong(((CTensor *)self)->flags); }
+static PyObject *get_itemsize(PyObject *self, void *c) { return PyLong_FromLongLong(((CTensor *)self)->itemsize); }
+static PyObject *get_stream(PyObject *self, void *c) { return PyLong_FromUnsignedLongLong(((CTensor *)self)->stream); }
+static int set_stream(PyObject *self, PyObject *v, void *c) {
+	if (!v) {
+		PyErr_SetString(PyExc_TypeError, "cannot delete _stream");
+		return -1;
+	}
+	unsigned long long s = PyLong_AsUnsignedLongLong(v);
+	if (s == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+	((CTensor *)self)->stream = s;
+	return 0;
+}
+
+static const char *buffer_format(CTensor *t) {
+	if (t->lanes != 1) return NULL;
+	switch (t->code) {
+	case 6: return t->bits == 8 ? "?" : NULL;
+	case 0: return t->bits == 8 ? "b" : t->bits == 16 ? "h" : t->bits == 32 ? "i" : t->bits == 64 ? "q" : NULL;
+	case 1: return t->bits == 8 ? "B" : t->bits == 16 ? "H" : t->bits == 32 ? "I" : t->bits == 64 ? "Q" : NULL;
+	case 2: return t->bits == 16 ? "e" : t->bits == 32 ? "f" : t->bits == 64 ? "d" : NULL;
+	case 5: return t->bits == 64 ? "Zf" : t->bits == 128 ? "Zd" : NULL;
+	}
+	return NULL;
+}
+
+static int ct_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+	CTensor *t = (CTensor *)self;
+	view->obj = NULL;
+	if (check_open(t) < 0) return -1;
+	if (t->dev_type != DLB_CPU && t->dev_type != DLB_CUDA_HOST && t->dev_type != DLB_CUDA_MANAGED) {
+		PyErr_SetString(PyExc_BufferError, "dlbridge: the buffer protocol needs host memory; this tensor is on a device");
+		return -1;
+	}
+	const char *fmt = buffer_format(t);
+	if (!fmt) {
+		PyErr_SetString(PyExc_BufferError,
+				"dlbridge: this dtype has no buffer-protocol format (e.g. bfloat16); use DLPack or __array_interface__");
+		return -1;
+	}
+	if ((flags & PyBUF_WRITABLE) && (t->flags & DLB_INFO_READONLY)) {
+		PyErr_SetString(PyExc_BufferError, "dlbridge: the tensor is read-only");
+		return -1;
+	}
+	if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !(t->flags & DLB_INFO_C_CONTIGUOUS)) {
+		PyErr_SetString(PyExc_BufferError,
+				"dlbridge: the tensor is not C-contiguous and the consumer did not ask for strides");
+		return -1;
+	}
+	Py_ssize_t n = 1;
+	for (int i = 0; i < t->ndim; i++) n *= (Py_ssize_t)t->shape[i];
+	t->pinned = 1; // the view holds this object; the memory must outlive close()
+	view->buf = (void *)(uintptr_t)t->ptr;
+	Py_INCREF(self);
+	view->obj = self;
+	view->len = n * t->itemsize;
+	view->itemsize = t->itemsize;
+	view->readonly = (t->flags & DLB_INFO_READONLY) ? 1 : 0;
+	view->ndim = t->ndim;
+	view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
+	view->shape = (flags & PyBUF_ND) == PyBUF_ND ? (Py_ssize_t *)t->shape : NULL;
+	view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? t->bstrides : NULL;
+	view->suboffsets = NULL;
+	view->internal = NULL;
+	return 0;
+}
+
+static void ct_releasebuffer(PyObject *self, Py_buffer *view) { (void)self, (void)view; }
+
+static PyMethodDef ct_methods[] = {
+	{"__dlpack__", (PyCFunction)(void (*)(void))ct_dlpack, METH_FASTCALL | METH_KEYWORDS,
+	 "A DLPack capsule of this tensor (versioned when max_version >= (1, 0))."},
+	{"__dlpack_device__", ct_dlpack_device, METH_NOARGS, "(device_type, device_id)"},
+	{"close", ct_close, METH_NOARGS, "Release this tensor's hold on its memory. Idempotent."},
+	{"_pin", ct_pin, METH_NOARGS, "Keep the memory until this object is collected."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef ct_getset[] = {
+	{"_h", get_h, NULL, NULL, NULL},
+	{"_ptr", get_ptr, NULL, NULL, NULL},
+	{"_shape", get_shape, NULL, NULL, NULL},
+	{"_strides", get_strides, NULL, NULL, NULL},
+	{"_code", get_code, NULL, NULL, NULL},
+	{"_dev", get_dev, NULL, NULL, NULL},
+	{"_flags", get_flags, NULL, NULL, NULL},
+	{"_itemsize", get_itemsize, NULL, NULL, NULL},
+	{"_stream", get_stream, set_stream, NULL, NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *ct_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+	PyErr_SetString(PyExc_TypeError,
+			"dlbridge.Tensor cannot be built directly: use dlbridge.empty, zeros, arange, from_dlpack or asarray");
+	return NULL;
+}
+
+static PyType_Slot ct_slots[] = {
+	{Py_tp_dealloc, (void *)ct_dealloc},
+	{Py_tp_methods, ct_methods},
+	{Py_tp_getset, ct_getset},
+	{Py_tp_new, (void *)ct_new},
+	{Py_bf_getbuffer, (void *)ct_getbuffer},
+	{Py_bf_releasebuffer, (void *)ct_releasebuffer},
+	{Py_tp_doc, "The C base of dlbridge.Tensor (the dlbridge._core extension)."},
+	{0, NULL},
+};
+
+static PyType_Spec ct_spec = {
+	"dlbridge._CTensor", sizeof(CTensor), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, ct_slots,
+};
+
+// ---- module functions ----
+
+static int need_args(Py_ssize_t nargs, Py_ssize_t lo, Py_ssize_t hi, const char *fn) {
+	if (nargs < lo || nargs > hi) {
+		if (lo == hi) PyErr_Format(PyExc_TypeError, "dlbridge: %s takes %d arguments", fn, (int)lo);
+		else PyErr_Format(PyExc_TypeError, "dlbridge: %s takes %d to %d arguments", fn, (int)lo, (int)hi);
+		return -1;
+	}
+	return 0;
+}
+
+// wrap(cls, handle) -> cls instance owning handle.
+static PyObject *m_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 2, 2, "wrap") < 0) return NULL;
+	unsigned long long h = PyLong_AsUnsignedLongLong(args[1]);
+	if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+	NEED_LIBRARY(return NULL);
+	dlb_info info;
+	int32_t rc = T->info_get(h, &info);
+	if (rc) {
+		raise_last(rc);
+		return NULL;
+	}
+	return new_tensor(args[0], h, &info);
+}
+
+// take(cls, capsule, producer=None) consumes a DLPack capsule: checks and
+// renames it, hands the tensor to Go, and returns a cls instance. producer,
+// when given, is the object whose __dlpack__ returned capsule (named in the
+// error when it is not a capsule).
+static PyObject *m_take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 2, 3, "take") < 0) return NULL;
+	PyObject *cap = args[1];
+	if (!PyCapsule_CheckExact(cap)) {
+		PyObject *rn = type_name(cap);
+		if (!rn) return NULL;
+		if (nargs == 3 && args[2] != Py_None) {
+			PyObject *pn = type_name(args[2]);
+			if (pn) {
+				PyErr_Format(PyExc_TypeError, "dlbridge: %U.__dlpack__() returned %U, not a PyCapsule", pn, rn);
+				Py_DECREF(pn);
+			}
+		} else {
+			PyErr_Format(PyExc_TypeError, "dlbridge: expected a DLPack capsule (PyCapsule), got %U", rn);
+		}
+		Py_DECREF(rn);
+		return NULL;
+	}
+	const char *name = PyCapsule_GetName(cap);
+	if (!name && PyErr_Occurred()) return NULL;
+	int versioned;
+	if (name && strcmp(name, name_versioned) == 0) versioned = 1;
+	else if (name && strcmp(name, name_legacy) == 0) versioned = 0;
+	else if (name && strncmp(name, "used_dltensor", 13) == 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "dlbridge: this DLPack capsule was already consumed (it is named '%s'); a capsule can be "
+			     "imported only once: call __dlpack__() again for a new one",
+			     name);
+		return NULL;
+	} else {
+		PyErr_SetString(PyExc_TypeError, "dlbridge: this capsule is not a DLPack capsule");
+		return NULL;
+	}
+	NEED_LIBRARY(return NULL);
+	void *mt = PyCapsule_GetPointer(cap, name);
+	if (!mt) {
+		if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "dlbridge: DLPack capsule holds a NULL pointer");
+		return NULL;
+	}
+	// Ours now: renamed first, so that the capsule's destructor will not run
+	// the deleter that Go owns from here on (Go runs it even if the import fails).
+	if (PyCapsule_SetName(cap, versioned ? name_used_versioned : name_used_legacy) < 0) return NULL;
+	uint64_t h;
+	dlb_info info;
+	int32_t rc = T->import_(mt, versioned, 1, &h, &info);
+	if (rc) {
+		raise_last(rc);
+		return NULL;
+	}
+	return new_tensor(args[0], h, &info);
+}
+
+// The DLPack 1.3 exchange API (dlpack.h), consumer and producer sides.
+typedef struct dlb_exchange_header {
+	dlb_DLPackVersion version;
+	struct dlb_exchange_header *prev_api;
+} dlb_exchange_header;
+
+typedef struct {
+	dlb_exchange_header header;
+	int (*managed_tensor_allocator)(dlb_DLTensor *, dlb_DLManagedTensorVersioned **, void *,
+					void (*)(void *, const char *, const char *));
+	int (*managed_tensor_from_py_object_no_sync)(void *, dlb_DLManagedTensorVersioned **);
+	int (*managed_tensor_to_py_object_no_sync)(dlb_DLManagedTensorVersioned *, void **);
+	int (*dltensor_from_py_object_no_sync)(void *, dlb_DLTensor *);
+	int (*current_work_stream)(int32_t, int32_t, void **);
+} dlb_exchange_api;
+
+// exchange_import(cls, obj, api_capsule): obj's producer exports through its
+// C exchange API (no Python-level __dlpack__); its current stream is
+// ordered before our work stream.
+static PyObject *m_exchange_import(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "exchange_import") < 0) return NULL;
+	dlb_exchange_api *ex = PyCapsule_GetPointer(args[2], "dlpack_exchange_api");
+	if (!ex) return NULL;
+	if (ex->header.version.major != 1 || !ex->managed_tensor_from_py_object_no_sync) {
+		PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's DLPack exchange API has an unsupported version");
+		return NULL;
+	}
+	NEED_LIBRARY(return NULL);
+	dlb_DLManagedTensorVersioned *mt = NULL;
+	if (ex->managed_tensor_from_py_object_no_sync(args[1], &mt) != 0 || !mt) {
+		if (!PyErr_Occurred()) PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's exchange API failed");
+		return NULL;
+	}
+	if (mt->version.major == 1 && mt->dl_tensor.device.device_type == DLB_CUDA && ex->current_work_stream) {
+		void *s = NULL;
+		if (ex->current_work_stream(DLB_CUDA, mt->dl_tensor.device.device_id, &s) != 0) {
+			call_deleter(mt, 1);
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's current_work_stream failed");
+			return NULL;
+		}
+		// The tensor's pending write is on the producer's stream; every reader
+		// is ordered after it when it reads (no wait at import).
+		uint64_t h;
+		dlb_info info;
+		int32_t rc = T->import_on(mt, 1, (int64_t)(uintptr_t)s, &h, &info);
+		if (rc) {
+			raise_last(rc);
+			return NULL;
+		}
+		return new_tensor(args[0], h, &info);
+	}
+	uint64_t h;
+	dlb_info info;
+	int32_t rc = T->import_(mt, 1, 1, &h, &info);
+	if (rc) {
+		raise_last(rc);
+		return NULL;
+	}
+	return new_tensor(args[0], h, &info);
+}
+
+static PyObject *m_set_tensor_class(PyObject *mod, PyObject *cls) {
+	if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, ctensor_type)) {
+		PyErr_SetString(PyExc_TypeError, "dlbridge: set_tensor_class needs a subclass of _CTensor");
+		return NULL;
+	}
+	PyObject *old = tensor_class;
+	Py_INCREF(cls);
+	tensor_class = cls;
+	Py_XDECREF(old);
+	Py_RETURN_NONE;
+}
+
+// bind(address) takes the library's table (dlb_pyext_table()).
+static PyObject *m_bind(PyObject *mod, PyObject *arg) {
+	unsigned long long a = PyLong_AsUnsignedLongLong(arg);
+	if (a == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+	const dlb_pyext_api *t = (const dlb_pyext_api *)(uintptr_t)a;
+	if (!t) {
+		PyErr_SetString(PyExc_ValueError, "dlbridge: bind: NULL table");
+		return NULL;
+	}
+	if (t->version != DLB_PYEXT_API_VERSION || t->size < sizeof(dlb_pyext_api)) {
+		PyErr_Format(PyExc_ImportError,
+			     "dlbridge: the library's extension table has version %u and size %u, dlbridge._core needs "
+			     "version %d and size %d: rebuild the library and the package together",
+			     (unsigned)t->version, (unsigned)t->size, DLB_PYEXT_API_VERSION, (int)sizeof(dlb_pyext_api));
+		return NULL;
+	}
+	if (T && T != t) {
+		// Tensors of the first library close their handles through it.
+		PyErr_SetString(PyExc_RuntimeError, "dlbridge: dlbridge._core is already bound to another library");
+		return NULL;
+	}
+	T = t;
+	Py_RETURN_NONE;
+}
+
+// bound() reports whether a library is bound (for tests of lazy loading).
+static PyObject *m_bound(PyObject *mod, PyObject *unused) { return PyBool_FromLong(T != NULL); }
+
+// Producer side, installed as _CTensor.__dlpack_c_exchange_api__.
+static int ex_from_py(void *obj, dlb_DLManagedTensorVersioned **out) {
+	if (!is_ctensor(obj)) {
+		PyErr_SetString(PyExc_TypeError, "dlbridge: exchange API called with an object that is not a dlbridge.Tensor");
+		return -1;
+	}
+	CTensor *t = obj;
+	if (check_open(t) < 0) return -1;
+	if (t->dev_type == DLB_CUDA && t->stream) {
+		// The consumer orders itself after our work stream only (it asked
+		// current_work_stream): put the tensor's pending write before it.
+		int32_t rc = T->order_before(t->handle, T->work_stream(t->dev_id));
+		if (rc) {
+			raise_last(rc);
+			return -1;
+		}
+	}
+	*out = fast_export(t, 1);
+	if (!*out) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	return 0;
+}
+
+static int ex_to_py(dlb_DLManagedTensorVersioned *mt, void **out) {
+	if (!tensor_class) {
+		call_deleter(mt, 1);
+		PyErr_SetString(PyExc_RuntimeError, "dlbridge: the Python package did not register its Tensor class");
+		return -1;
+	}
+	if ((!T || forked()) && load_library() < 0) {
+		call_deleter(mt, 1);
+		return -1;
+	}
+	uint64_t h;
+	dlb_info info;
+	int32_t rc = T->import_(mt, 1, 1, &h, &info);
+	if (rc) {
+		raise_last(rc);
+		return -1;
+	}
+	PyObject *o = new_tensor(tensor_class, h, &info);
+	if (!o) return -1;
+	*out = o;
+	return 0;
+}
+
+static int ex_dltensor(void *obj, dlb_DLTensor *out) {
+	if (!is_ctensor(obj)) {
+		PyErr_SetString(PyExc_TypeError, "dlbridge: exchange API called with an object that is not a dlbridge.Tensor");
+		return -1;
+	}
+	CTensor *t = obj;
+	if (check_open(t) < 0) return -1;
+	out->data = (void *)(uintptr_t)t->ptr;
+	out->device.device_type = t->dev_type;
+	out->device.device_id = t->dev_id;
+	out->ndim = t->ndim;
+	out->dtype.code = t->code;
+	out->dtype.bits = t->bits;
+	out->dtype.lanes = t->lanes;
+	out->shape = t->shape;
+	out->strides = t->strides;
+	out->byte_offset = 0;
+	return 0;
+}
+
+// Called by consumers holding the GIL.
+static int ex_stream(int32_t dev_type, int32_t dev_id, void **out) {
+	if (dev_type != DLB_CUDA) {
+		*out = NULL;
+		return 0;
+	}
+	if ((!T || forked()) && load_library() < 0) return -1;
+	*out = (void *)(uintptr_t)T->work_stream(dev_id);
+	return 0;
+}
+
+// May be called without the GIL: errors go through set_error only.
+static int ex_alloc(dlb_DLTensor *proto, dlb_DLManagedTensorVersioned **out, void *ctx,
+		    void (*set_error)(void *, const char *, const char *)) {
+	if (!T || forked()) {
+		if (set_error)
+			set_error(ctx, "RuntimeError",
+				  T ? fork_msg : "dlbridge: the library is not loaded (no dlbridge call was made yet)");
+		return -1;
+	}
+	void *mt = NULL;
+	int32_t rc = T->alloc_export(proto->ndim, proto->shape, proto->dtype.code, proto->dtype.bits, proto->dtype.lanes,
+				     proto->device.device_type, proto->device.device_id, &mt);
+	if (rc) {
+		static const char *names[7] = {"RuntimeError", "BufferError", "TypeError", "ValueError",
+					       "MemoryError", "RuntimeError", "IndexError"};
+		if (set_error) set_error(ctx, names[rc >= 1 && rc <= 6 ? rc : 0], T->last_error());
+		return -1;
+	}
+	*out = mt;
+	return 0;
+}
+
+static dlb_exchange_api producer_api = {
+	{{1, 3}, NULL}, ex_alloc, ex_from_py, ex_to_py, ex_dltensor, ex_stream,
+};
+
+// ---- module ----
+
+static PyMethodDef module_methods[] = {
+	{"wrap", (PyCFunction)(void (*)(void))m_wrap, METH_FASTCALL, "wrap(cls, handle): a cls instance owning handle."},
+	{"take", (PyCFunction)(void (*)(void))m_take, METH_FASTCALL,
+	 "take(cls, capsule, producer=None): consume a DLPack capsule into a cls instance."},
+	{"exchange_import", (PyCFunction)(void (*)(void))m_exchange_import, METH_FASTCALL,
+	 "exchange_import(cls, obj, api_capsule): import obj through its DLPack C exchange API."},
+	{"set_tensor_class", m_set_tensor_class, METH_O, "set_tensor_class(cls): the class of tensors made from C."},
+	{"bind", m_bind, METH_O, "bind(address): use the library table at address (dlb_pyext_table())."},
+	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT, "dlbridge._core",
+	"The CPython extension of dlbridge: the C base of dlbridge.Tensor and the DLPack fast paths.", -1,
+	module_methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void) {
+	s_stream = PyUnicode_InternFromString("stream");
+	s_max_version = PyUnicode_InternFromString("max_version");
+	s_dl_device = PyUnicode_InternFromString("dl_device");
+	s_copy = PyUnicode_InternFromString("copy");
+	if (!s_stream || !s_max_version || !s_dl_device || !s_copy) return NULL;
+	PyObject *m = PyModule_Create(&module_def);
+	if (!m) return NULL;
+	PyObject *tp = PyType_FromSpec(&ct_spec);
+	if (!tp) goto fail;
+	ctensor_type = (PyTypeObject *)tp;
+	PyObject *cap = PyCapsule_New(&producer_api, "dlpack_exchange_api", NULL);
+	if (!cap) goto fail;
+	int rc = PyObject_SetAttrString(tp, "__dlpack_c_exchange_api__", cap);
+	Py_DECREF(cap);
+	if (rc < 0) goto fail;
+	Py_INCREF(tp);
+	if (PyModule_AddObject(m, "CTensor", tp) < 0) { // steals the reference only on success (3.9+)
+		Py_DECREF(tp);
+		goto fail;
+	}
+	if (PyModule_AddIntConstant(m, "API_VERSION", DLB_PYEXT_API_VERSION) < 0) goto fail;
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
+}
