@@ -11,6 +11,7 @@ in those libraries too (``torch.cuda.ExternalStream(s.cuda_stream)``,
 import ctypes
 import operator
 
+from . import _convert as C
 from . import _lib
 
 _U64_LIMIT = 2**64
@@ -40,20 +41,8 @@ _stream_stats = _lib._declare("dlb_stream_stats", _i32, ctypes.POINTER(ctypes.c_
 
 def _handle_int(value, what):
     """value as a CUstream handle: an integer (operator.index: no bool, no
-    float) with 0 <= value < 2**64."""
-    if isinstance(value, bool):
-        raise TypeError("dlbridge: %s must be an integer CUstream handle, not a bool (%r)" % (what, value))
-    try:
-        h = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            "dlbridge: %s must be an int CUstream handle, an object with __cuda_stream__, or a "
-            "torch/cupy stream; got %s (%r)" % (what, type(value).__name__, value)) from None
-    if not 0 <= h < _U64_LIMIT:
-        raise ValueError(
-            "dlbridge: %s = %d is out of range: a CUstream handle is 0 <= handle < 2**64 (%d)"
-            % (what, h, _U64_LIMIT))
-    return h
+    float) with 0 <= value < 2**64, checked by the border's one converter."""
+    return C.integer(value, what, C.UINT64)
 
 
 def as_stream_handle(obj):
@@ -88,7 +77,36 @@ def as_stream_handle(obj):
             h = getattr(obj, attr, None)
             if h is not None:
                 return _handle_int(h, "%s.%s" % (type(obj).__name__, attr))
+    if not C.is_integer(obj):
+        raise TypeError(
+            "dlbridge: stream must be None, an int CUstream handle, an object with __cuda_stream__, "
+            "or a torch/cupy stream; got %s (%s)" % (C.show(obj), type(obj).__name__))
     return _handle_int(obj, "stream")
+
+
+def copy_stream(obj, devices):
+    """The stream argument of Go's copy entry points (an int64) for the
+    stream= of a copy that touches the CUDA devices in `devices`.
+
+    None gives 0: dlbridge's work stream of the device at hand. An explicit
+    handle 0 is CUDA's NULL stream, the legacy default stream, and goes as 1
+    (its CUstream constant), since 0 already means "ours". A stream object
+    that names its device (dlbridge, torch, CuPy and cuda.core streams do)
+    must be on one of `devices`: work queued on another device's stream with
+    this device's context current is refused by the driver at best, so the
+    mistake is reported here with both devices named."""
+    if obj is None:
+        return 0
+    h = as_stream_handle(obj)
+    dev = _stream_device(obj, None)
+    if dev is not None and devices and dev not in devices:
+        raise ValueError(
+            "dlbridge: stream= is a stream of cuda:%d, but this copy runs on %s: pass a stream of %s "
+            "(or None for dlbridge's own)" % (dev, " and ".join("cuda:%d" % d for d in sorted(devices)),
+                                               " or ".join("cuda:%d" % d for d in sorted(devices))))
+    if h > C.INT64[2]:
+        raise C.out_of_range("stream", h, C.INT64, 0)
+    return h or 1
 
 
 def _stream_device(obj, default):

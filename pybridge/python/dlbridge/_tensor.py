@@ -8,6 +8,7 @@ import struct
 from . import _convert as C
 from . import _dtypes, _lib
 from ._lib import CPU, CUDA, CUDA_HOST
+from ._stream import copy_stream
 
 CapsuleType = type(datetime.datetime_CAPI)
 
@@ -435,11 +436,12 @@ class Tensor(_Base):
         is complete on return unless non_blocking=True, which leaves a
         device destination in flight: dlbridge's own readers and every
         export then wait for it. A pageable source may be reused at once."""
-        h = _stream_handle(stream)
         nb = 1 if non_blocking else 0
         if isinstance(src, Tensor):
+            h = copy_stream(stream, _cuda_devices(self._dev, src._dev))
             _lib.check(_copy_on(self._handle(), src._handle(), h, nb))
         else:
+            h = copy_stream(stream, _cuda_devices(self._dev))  # src is host data: asarray makes it CPU
             with asarray(src) as t:
                 _lib.check(_copy_on(self._handle(), t._handle(), h, nb))
         self._refresh_stream()
@@ -462,7 +464,8 @@ class Tensor(_Base):
         want = _parse_device(device)
         if want == self._dev and not copy:
             return self
-        return _new(_to_on, self._handle(), want[0], want[1], _stream_handle(stream), 1 if non_blocking else 0)
+        h = copy_stream(stream, _cuda_devices(self._dev, want))
+        return _new(_to_on, self._handle(), want[0], want[1], h, 1 if non_blocking else 0)
 
     def cpu(self):
         return self.to("cpu")
@@ -709,36 +712,9 @@ _pool_stats = _lib._declare("dlb_pool_stats", ctypes.c_int32, ctypes.c_int32, ct
 _set_pinned_limit = _lib._declare("dlb_set_pinned_pool_limit", ctypes.c_int32, ctypes.c_int64)
 
 
-def _stream_handle(obj):
-    """The CUstream handle for a stream= argument: 0 for None (dlbridge's
-    work stream of the device involved), else the handle of an int, of an
-    object with __cuda_stream__ (cuda.core's protocol: (version, handle)),
-    of a torch stream (.cuda_stream) or a CuPy stream (.ptr). Handle 0, the
-    NULL stream, means the legacy default stream and is passed as 1."""
-    if obj is None:
-        return 0
-    if isinstance(obj, bool):
-        raise TypeError("dlbridge: stream must be a CUDA stream, an int handle or None, not a bool")
-    if hasattr(obj, "__index__"):
-        h = operator.index(obj)
-    elif hasattr(obj, "__cuda_stream__"):
-        proto = obj.__cuda_stream__
-        v = proto() if callable(proto) else proto
-        if not (isinstance(v, tuple) and len(v) == 2):
-            raise TypeError("dlbridge: %s.__cuda_stream__ gave %r, not a (version, handle) pair"
-                            % (type(obj).__name__, v))
-        h = operator.index(v[1])
-    elif hasattr(obj, "cuda_stream"):  # torch.cuda.Stream
-        h = operator.index(obj.cuda_stream)
-    elif hasattr(obj, "ptr"):  # cupy.cuda.Stream
-        h = operator.index(obj.ptr)
-    else:
-        raise TypeError(
-            "dlbridge: stream must be None, an int handle, or a stream object (__cuda_stream__, "
-            ".cuda_stream or .ptr), not %s" % type(obj).__name__)
-    if not 0 <= h < 2**63:
-        raise ValueError("dlbridge: stream handle %d is out of range" % h)
-    return h or 1
+def _cuda_devices(*devs):
+    """The CUDA device ordinals among (type, id) device pairs."""
+    return {d[1] for d in devs if d[0] == CUDA}
 
 
 def _debug_spin_write(t, bits, seconds):

@@ -198,25 +198,39 @@ def test_copy_to_and_streams(fake_lib):
     run(fake_lib, r'''
     import numpy as np
     s = new_stream("s")
-    class TorchLike:  cuda_stream = s
-    class CupyLike:   ptr = s
+    class TorchLikeStream:  cuda_stream = s
+    class CupyLikeStream:   ptr = s
     class CoreLike:
         def __cuda_stream__(self): return (0, s)
     a = np.arange(4096, dtype=np.float32)
-    for st in (None, s, TorchLike(), CupyLike(), CoreLike()):
+    for st in (None, s, TorchLikeStream(), CupyLikeStream(), CoreLike()):
         g = dlbridge.empty(4096, device="cuda")
         g.copy_(a, stream=st)
         assert g._stream == 0 and g.sum() == float(a.sum())   # complete on return
         g.copy_(a * 2, stream=st, non_blocking=True)
         assert g.sum() == 2 * float(a.sum())                  # dlbridge's readers wait
-    assert _tensor._stream_handle(None) == 0 and _tensor._stream_handle(0) == 1
+    from dlbridge._stream import copy_stream
+    assert copy_stream(None, {0}) == 0 and copy_stream(0, {0}) == 1   # 0 is CUDA's NULL stream
     for bad in (True, "s", object()):
         try:
-            _tensor._stream_handle(bad)
+            copy_stream(bad, {0})
         except TypeError:
             pass
         else:
             raise AssertionError("stream %r accepted" % (bad,))
+    # A stream of another device is refused before Go queues anything on it.
+    s1 = dlbridge.Stream(device=1)
+    g = dlbridge.empty(4096, device="cuda")
+    for call in (lambda: g.copy_(a, stream=s1), lambda: g.to("cpu", stream=s1),
+                 lambda: g.copy_(dlbridge.empty(4096, device="cuda"), stream=s1)):
+        try:
+            call()
+        except ValueError as e:
+            assert "stream= is a stream of cuda:1, but this copy runs on cuda:0" in str(e), e
+        else:
+            raise AssertionError("a cuda:1 stream was accepted for a cuda:0 copy")
+    g.copy_(a)
+    assert g.to("cuda:1", stream=s1).sum() == float(a.sum())  # a peer copy may run on either device's stream
     g = dlbridge.arange(1 << 16, dtype="float32", device="cuda")
     h = g.to("cpu")
     assert h.device == "cpu" and h.is_pinned() and np.array_equal(np.from_dlpack(h), np.arange(1 << 16, dtype=np.float32))
