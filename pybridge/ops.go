@@ -64,6 +64,14 @@ func streamFor(d dlpack.Device, h uintptr) (*cuda.Stream, error) {
 		return nil, engineErr(err)
 	}
 	if h == 0 {
+		// An idle legacy stream (the common case: PyTorch and CuPy work
+		// there, and most callers synchronized) has nothing to order
+		// after: one query then replaces an event record and a stream
+		// wait, and the copy does not wait on the GPU for that event. A
+		// failed query falls back to the event.
+		if idle, err := s.Context().LegacyStream().Query(); err == nil && idle {
+			return s, nil
+		}
 		if err := zerocopy.WaitStream(s, uintptr(StreamLegacy)); err != nil {
 			return nil, engineErr(err)
 		}

@@ -444,7 +444,10 @@ class Tensor(_Base):
             h = copy_stream(stream, _cuda_devices(self._dev))  # src is host data: asarray makes it CPU
             with asarray(src) as t:
                 _lib.check(_copy_on(self._handle(), t._handle(), h, nb))
-        self._refresh_stream()
+        if nb:
+            self._refresh_stream()
+        elif self._dev[0] == CUDA:
+            self._stream = 0  # complete on return: no write pending (one Go call fewer)
         return self
 
     def _refresh_stream(self):

@@ -258,6 +258,28 @@ def test_import_leaves_the_default_stream_alone():
     assert t.sum() == 3.0 * (1 << 20)
 
 
+def test_own_work_orders_after_a_busy_default_stream():
+    """A tensor imported earlier and then written in place by torch on its
+    default (legacy) stream: dlbridge's later copies and reads see the
+    write. The work stream skips the legacy-stream wait only when a query
+    says that stream is idle; here it is busy, so the wait must happen."""
+    torch = _torch_cuda()
+    import numpy as np
+
+    x = torch.zeros(1 << 20, device="cuda")
+    g = dlbridge.from_dlpack(x)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)  # default stream: busy for a while
+    x.fill_(3.0)
+    assert not torch.cuda.default_stream().query()
+    assert bool((np.from_dlpack(g.to("cpu")) == 3.0).all())
+    torch.cuda._sleep(100_000_000)
+    x.fill_(5.0)
+    dst = dlbridge.empty(1 << 20, device="cuda")
+    dst.copy_(g)
+    assert dst.sum() == 5.0 * (1 << 20)
+
+
 @pytest.mark.parametrize("hops", [1, 2])
 @pytest.mark.parametrize("path", ["dlpack", "cai"])
 def test_chain_torch_to_dlbridge_to_torch(hops, path):
