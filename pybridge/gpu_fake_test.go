@@ -9,7 +9,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -27,18 +26,7 @@ var (
 	fakeErr error
 )
 
-func init() {
-	if os.Getenv("DLBRIDGE_GPU") == "1" || os.Getenv(cuda.EnvLibrary) != "" {
-		return
-	}
-	fakeLib, fakeErr = fakecuda.Build()
-	if fakeErr != nil {
-		fakeLib = ""
-		return
-	}
-	os.Setenv(cuda.EnvLibrary, fakeLib)
-	os.Setenv("FAKECUDA_DEVICES", "2")
-}
+func init() { fakeLib, fakeErr = fakecuda.Use(2) }
 
 func needCUDA(t testing.TB) {
 	t.Helper()
@@ -58,22 +46,12 @@ func needFake(t testing.TB) {
 	}
 }
 
-var fakeHandle uintptr
-
 func fakeCall(t testing.TB, name string, args ...uintptr) uintptr {
 	t.Helper()
-	if fakeHandle == 0 {
-		h, err := purego.Dlopen(fakeLib, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err != nil {
-			t.Fatalf("dlopen %s: %v", fakeLib, err)
-		}
-		fakeHandle = h
-	}
-	fn, err := purego.Dlsym(fakeHandle, name)
+	r, err := fakecuda.Call(fakeLib, name, args...)
 	if err != nil {
-		t.Fatalf("dlsym %s: %v", name, err)
+		t.Fatal(err)
 	}
-	r, _, _ := purego.SyscallN(fn, args...)
 	return r
 }
 

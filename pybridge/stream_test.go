@@ -1,36 +1,19 @@
 package pybridge
 
 import (
-	"os"
 	"sync"
 	"testing"
 
 	"github.com/dlbridge/dlbridge/cuda"
-	"github.com/dlbridge/dlbridge/internal/fakecuda"
 )
 
-// The stream and event tests run against the fake driver of testdata/fakecuda
-// (two devices) unless DLBRIDGE_GPU=1 or DLBRIDGE_LIBCUDA names a driver
-// already. The driver loads once per process, so the choice is made in init.
-var streamFakeErr error
-
-func init() {
-	if os.Getenv("DLBRIDGE_GPU") == "1" || os.Getenv(cuda.EnvLibrary) != "" {
-		return
-	}
-	lib, err := fakecuda.Build()
-	if err != nil {
-		streamFakeErr = err
-		return
-	}
-	os.Setenv(cuda.EnvLibrary, lib)
-	os.Setenv("FAKECUDA_DEVICES", "2")
-}
+// The stream and event tests run against the fake driver that
+// gpu_fake_test.go's init chose (or the real one with DLBRIDGE_GPU=1).
 
 func needDriver(t *testing.T) int {
 	t.Helper()
-	if streamFakeErr != nil {
-		t.Skipf("no fake CUDA driver: %v", streamFakeErr)
+	if fakeErr != nil {
+		t.Skipf("no fake CUDA driver: %v", fakeErr)
 	}
 	n, err := cuda.DeviceCount()
 	if err != nil || n == 0 {

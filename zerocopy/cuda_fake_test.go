@@ -1,14 +1,12 @@
 package zerocopy_test
 
 import (
-	"os"
 	"runtime"
 	"testing"
 	"unsafe"
 
 	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/dlbridge/dlbridge/internal/fakecuda"
-	"github.com/ebitengine/purego"
 )
 
 // The CUDA tests of this package run against the fake driver of
@@ -22,20 +20,9 @@ var (
 )
 
 // Two fake devices, so that wrong-device and peer cases can be tested.
-const fakeDevices = "2"
+const fakeDevices = 2
 
-func init() {
-	if os.Getenv("DLBRIDGE_GPU") == "1" || os.Getenv(cuda.EnvLibrary) != "" {
-		return
-	}
-	fakeLib, fakeErr = fakecuda.Build()
-	if fakeErr != nil {
-		fakeLib = ""
-		return
-	}
-	os.Setenv(cuda.EnvLibrary, fakeLib)
-	os.Setenv("FAKECUDA_DEVICES", fakeDevices)
-}
+func init() { fakeLib, fakeErr = fakecuda.Use(fakeDevices) }
 
 // needCUDA skips t when no driver (fake or real) is usable.
 func needCUDA(t testing.TB) {
@@ -58,27 +45,17 @@ func needFake(t testing.TB) {
 	}
 }
 
-var fakeHandle uintptr
-
 // fakeCall calls a control function of the fake driver.
 // keep holds the strings passed to the fake until the call returns.
 var fakeKeep []*byte
 
 func fakeCall(t testing.TB, name string, args ...uintptr) uintptr {
 	t.Helper()
-	if fakeHandle == 0 {
-		h, err := purego.Dlopen(fakeLib, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err != nil {
-			t.Fatalf("dlopen %s: %v", fakeLib, err)
-		}
-		fakeHandle = h
-	}
-	fn, err := purego.Dlsym(fakeHandle, name)
-	if err != nil {
-		t.Fatalf("dlsym %s: %v", name, err)
-	}
-	r, _, _ := purego.SyscallN(fn, args...)
+	r, err := fakecuda.Call(fakeLib, name, args...)
 	runtime.KeepAlive(fakeKeep)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
