@@ -88,8 +88,8 @@ func complete(v *zerocopy.View, nonBlocking bool) error {
 	return engineErr(v.Synchronize())
 }
 
-// Fill writes s into every element of t.
-func Fill(t *Tensor, s Scalar) error {
+// Fill writes x into every element of t (converted as C casts do).
+func Fill(t *Tensor, x zerocopy.Value) error {
 	v := t.View
 	if err := needWritable(v, "fill_"); err != nil {
 		return err
@@ -104,30 +104,30 @@ func Fill(t *Tensor, s Scalar) error {
 	if err != nil {
 		return err
 	}
-	if err := zerocopy.Fill(v, valueOf(s), st); err != nil {
+	if err := zerocopy.Fill(v, x, st); err != nil {
 		return engineErr(err)
 	}
 	return complete(v, false)
 }
 
 // Sum adds the elements of t (integers exactly, floats in float64).
-func Sum(t *Tensor) (Scalar, error) {
+func Sum(t *Tensor) (zerocopy.Value, error) {
 	v := t.View
 	if err := valued(v.DType(), "sum"); err != nil {
-		return Scalar{}, err
+		return zerocopy.Value{}, err
 	}
 	if err := usable(v); err != nil {
-		return Scalar{}, err
+		return zerocopy.Value{}, err
 	}
 	st, err := streamFor(v.Device(), 0)
 	if err != nil {
-		return Scalar{}, err
+		return zerocopy.Value{}, err
 	}
 	x, err := zerocopy.Sum(v, st)
 	if err != nil {
-		return Scalar{}, engineErr(err)
+		return zerocopy.Value{}, engineErr(err)
 	}
-	return scalarOf(x), nil
+	return x, nil
 }
 
 // CopyOptions are copy_'s and to's stream arguments.
@@ -295,32 +295,6 @@ func PointerDevice(p uintptr) (int32, error) {
 		return 0, Errorf(BufferError, "dlbridge: %#x is not CUDA memory the driver knows (%v)", p, err)
 	}
 	return int32(ord), nil
-}
-
-func valueOf(s Scalar) zerocopy.Value {
-	switch s.Kind {
-	case IntScalar:
-		return zerocopy.Int(s.I)
-	case UintScalar:
-		return zerocopy.Uint(s.U)
-	case BoolScalar:
-		return zerocopy.Bool(s.I != 0)
-	case ComplexScalar:
-		return zerocopy.Complex(complex(s.F, s.Im))
-	}
-	return zerocopy.Float(s.F)
-}
-
-func scalarOf(x zerocopy.Value) Scalar {
-	switch x.Kind {
-	case zerocopy.IntValue, zerocopy.BoolValue:
-		return Int(x.I)
-	case zerocopy.UintValue:
-		return Uint(x.U)
-	case zerocopy.ComplexValue:
-		return Complex(real(x.C), imag(x.C))
-	}
-	return Float(real(x.C))
 }
 
 var spinKernels struct {

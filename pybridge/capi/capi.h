@@ -30,7 +30,7 @@ typedef struct {
 #define DLB_INFO_F_CONTIGUOUS 16u
 #define DLB_INFO_FOREIGN 32u
 
-// dlb_scalar carries a number both ways (pybridge.Scalar).
+// dlb_scalar carries a number both ways (zerocopy.Value: the same kinds).
 typedef struct {
 	int32_t kind; // 0 int, 1 uint, 2 float, 3 complex, 4 bool
 	int32_t _pad;

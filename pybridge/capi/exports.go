@@ -342,8 +342,14 @@ func putString(s string, buf *C.char, n C.int32_t) error {
 	return nil
 }
 
-func scalarIn(s *C.dlb_scalar) pybridge.Scalar {
-	return pybridge.Scalar{Kind: pybridge.ScalarKind(s.kind), I: int64(s.i), U: uint64(s.u), F: float64(s.re), Im: float64(s.im)}
+// valueIn is the number Python passed; dlb_scalar's kinds are
+// zerocopy.ValueKind's numbers, and a real float travels in re with im 0.
+func valueIn(s *C.dlb_scalar) (zerocopy.Value, error) {
+	k := zerocopy.ValueKind(s.kind)
+	if k < zerocopy.IntValue || k > zerocopy.BoolValue {
+		return zerocopy.Value{}, pybridge.Errorf(pybridge.ValueError, "dlbridge: scalar kind %d is not one of 0..4", int32(k))
+	}
+	return zerocopy.Value{Kind: k, I: int64(s.i), U: uint64(s.u), C: complex(float64(s.re), float64(s.im))}, nil
 }
 
 //export dlb_fill
@@ -354,7 +360,11 @@ func dlb_fill(h C.uint64_t, value *C.dlb_scalar) C.int32_t {
 			return err
 		}
 		defer t.Return()
-		return pybridge.Fill(t, scalarIn(value))
+		x, err := valueIn(value)
+		if err != nil {
+			return err
+		}
+		return pybridge.Fill(t, x)
 	})
 }
 
@@ -366,12 +376,12 @@ func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
 			return err
 		}
 		defer t.Return()
-		s, err := pybridge.Sum(t)
+		x, err := pybridge.Sum(t)
 		if err != nil {
 			return err
 		}
-		out.kind, out.i, out.u = C.int32_t(s.Kind), C.int64_t(s.I), C.uint64_t(s.U)
-		out.re, out.im = C.double(s.F), C.double(s.Im)
+		out.kind, out.i, out.u = C.int32_t(x.Kind), C.int64_t(x.I), C.uint64_t(x.U)
+		out.re, out.im = C.double(real(x.C)), C.double(imag(x.C))
 		return nil
 	})
 }
