@@ -105,3 +105,38 @@ func BenchmarkCopyCUDASmall(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCopyCUDAStagedSweep times staged pageable->device copies of mid
+// sizes over the Copier's tuning knobs (staging chunk size and host
+// workers), to choose the defaults on the GPU machine:
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench CopyCUDAStagedSweep -test.benchtime 20x
+func BenchmarkCopyCUDAStagedSweep(b *testing.B) {
+	needCUDA(b)
+	for _, size := range []int{16 << 20, 64 << 20} {
+		for _, chunk := range []int64{1 << 20, 2 << 20, 4 << 20, 8 << 20} {
+			for _, workers := range []int{4, 8, 12} {
+				name := fmt.Sprintf("h2d/%dMiB/chunk%dMiB/w%d", size>>20, chunk>>20, workers)
+				b.Run(name, func(b *testing.B) {
+					d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, int64(size))
+					d = mustView(b, d, err)
+					h := goView(b, make([]byte, size), dlpack.Uint8Type)
+					c := newCopier(b, zerocopy.CopierOptions{ChunkBytes: chunk, Workers: workers})
+					if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
+						b.Fatal(err)
+					}
+					b.SetBytes(int64(size))
+					b.ResetTimer()
+					for b.Loop() {
+						if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
+							b.Fatal(err)
+						}
+						if err := d.Synchronize(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
