@@ -8,6 +8,7 @@ import "C"
 import (
 	"errors"
 	"math"
+	"sync/atomic"
 
 	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/dlbridge/dlbridge/dlpack"
@@ -22,12 +23,20 @@ import (
 // CUDAAvailable reports whether a CUDA driver with at least one device was found.
 func CUDAAvailable() bool { return CUDADeviceCount() > 0 }
 
+// deviceCount caches a successful count: the driver fixes the set of
+// devices at cuInit (CUDA_VISIBLE_DEVICES included), and every copy asks.
+var deviceCount atomic.Int32
+
 // CUDADeviceCount is the number of CUDA devices (0 without a driver).
 func CUDADeviceCount() int {
+	if n := deviceCount.Load(); n > 0 {
+		return int(n)
+	}
 	n, err := cuda.DeviceCount()
 	if err != nil {
 		return 0
 	}
+	deviceCount.Store(int32(n))
 	return n
 }
 

@@ -23,7 +23,7 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 		return fmt.Errorf("zerocopy: Convert: nil view (dst %v, src %v)", dst != nil, src != nil)
 	}
 	if dst.dtype == src.dtype {
-		if hostAccessible(dst, "") == nil && hostAccessible(src, "") == nil {
+		if onHost(dst) && onHost(src) {
 			if err := waitHost(dst, src); err != nil {
 				return err
 			}
@@ -52,7 +52,7 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 		return nil
 	}
 	hs := src
-	if hostAccessible(src, "") != nil {
+	if !onHost(src) {
 		if hs, err = hostStaging(src.dtype, src.shape); err != nil {
 			return fmt.Errorf("zerocopy: Convert: %w", err)
 		}
@@ -62,7 +62,7 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 		}
 	}
 	hd := dst
-	if hostAccessible(dst, "") != nil {
+	if !onHost(dst) {
 		if hd, err = hostStaging(dst.dtype, dst.shape); err != nil {
 			return fmt.Errorf("zerocopy: Convert: %w", err)
 		}

@@ -29,7 +29,7 @@ func Fill(v *View, x Value, s *cuda.Stream) error {
 	if v.Len() == 0 {
 		return nil
 	}
-	if hostAccessible(v, "Fill") == nil {
+	if onHost(v) {
 		if p := v.pend.Load(); p != nil {
 			if err := p.wait(v.device); err != nil {
 				return fmt.Errorf("zerocopy: Fill: %w", err)

@@ -222,13 +222,19 @@ func hostCheck[T Elem](v *View, op string) error {
 	return nil
 }
 
-// hostAccessible says why the CPU may not touch v's memory, or nil.
-func hostAccessible(v *View, op string) error {
+// onHost reports whether the CPU may touch v's memory: hostAccessible's
+// test without the error, for the hot paths that only choose a route.
+func onHost(v *View) bool {
 	if v.device.Type.HostAccessible() {
-		return nil
+		return true
 	}
 	lo, hi := v.ByteSpan()
-	if hostBacked(v.ptr, lo, hi) {
+	return hostBacked(v.ptr, lo, hi)
+}
+
+// hostAccessible says why the CPU may not touch v's memory, or nil.
+func hostAccessible(v *View, op string) error {
+	if onHost(v) {
 		return nil
 	}
 	return fmt.Errorf("zerocopy: %s: memory on %s is not host-accessible (copy it with CopyCUDA)", op, v.device)

@@ -23,7 +23,7 @@ func Sum(v *View, s *cuda.Stream) (Value, error) {
 	if err != nil {
 		return Value{}, err
 	}
-	if hostAccessible(v, "Sum") != nil {
+	if !onHost(v) {
 		h, err := hostStaging(v.dtype, v.shape)
 		if err != nil {
 			return Value{}, fmt.Errorf("zerocopy: Sum: %w", err)

@@ -1,9 +1,9 @@
 """Host <-> GPU and GPU <-> GPU transfers through dlbridge's public API next to
 PyTorch and CuPy doing the same, in one process, 4 KiB to 1 GiB of float32.
 
-Each cell is the best of 5 timed batches after one warm-up call (a batch is
-one call, or for calls under 2 ms as many as fill about 2 ms, per-call time =
-batch time / calls); a call ends when the device is idle again
+Each cell is the best of 5 timed batches after three warm-up calls (a batch
+is one call, or for calls under 5 ms as many as fill about 5 ms, at most 500;
+per-call time = batch time / calls); a call ends when the device is idle again
 (cuCtxSynchronize through dlbridge.synchronize, the same for every library). GB/s is bytes moved / time (one way; 1 GB = 1e9 bytes). ratio is
 dlbridge's GB/s over the best peer's. Every cell's result is checked
 against the source data; a wrong one prints WRONG and the exit status is 1.
@@ -60,16 +60,19 @@ def sync():
 
 
 def best_of(fn, reps):
-    """(best seconds per call, last result): fn() once to warm up, then reps
-    timed batches of k calls, each call followed by sync(). k is 1 for calls
-    that take 2 ms or more; shorter calls are batched up to about 2 ms so
-    that the timer and one-off stalls do not swamp a 10 µs transfer (every
-    library gets the same k rule)."""
-    t0 = time.perf_counter()
-    r = fn()
-    sync()
-    warm = time.perf_counter() - t0
-    k = max(1, min(200, int(2e-3 / max(warm, 1e-6))))
+    """(best seconds per call, last result): fn() three times to warm up
+    (first-use costs: kernels, pools, rings), then reps timed batches of k
+    calls, each call followed by sync(). k is 1 for calls of 5 ms or more;
+    shorter calls are batched up to about 5 ms (at most 500), so that the
+    timer, GC and one-off stalls do not swamp a 10 us transfer. Every
+    library gets the same rule."""
+    warm = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        r = fn()
+        sync()
+        warm = min(warm, time.perf_counter() - t0)
+    k = max(1, min(500, int(5e-3 / max(warm, 1e-6))))
     best = float("inf")
     for _ in range(reps):
         r = None

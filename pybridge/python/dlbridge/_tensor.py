@@ -438,12 +438,15 @@ class Tensor(_Base):
         export then wait for it. A pageable source may be reused at once."""
         nb = 1 if non_blocking else 0
         if isinstance(src, Tensor):
-            h = copy_stream(stream, _cuda_devices(self._dev, src._dev))
-            _lib.check(_copy_on(self._handle(), src._handle(), h, nb))
+            h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, src._dev))
+            rc = _copy_on(self._handle(), src._handle(), h, nb)
         else:
-            h = copy_stream(stream, _cuda_devices(self._dev))  # src is host data: asarray makes it CPU
+            # src is host data: asarray makes it a CPU tensor.
+            h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev))
             with asarray(src) as t:
-                _lib.check(_copy_on(self._handle(), t._handle(), h, nb))
+                rc = _copy_on(self._handle(), t._handle(), h, nb)
+        if rc:
+            raise _lib.error(rc)
         if nb:
             self._refresh_stream()
         elif self._dev[0] == CUDA:
