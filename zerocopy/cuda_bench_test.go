@@ -113,30 +113,35 @@ func BenchmarkCopyCUDASmall(b *testing.B) {
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench CopyCUDAStagedSweep -test.benchtime 20x
 func BenchmarkCopyCUDAStagedSweep(b *testing.B) {
 	needCUDA(b)
-	for _, size := range []int{16 << 20, 64 << 20} {
-		for _, chunk := range []int64{1 << 20, 2 << 20, 4 << 20, 8 << 20} {
-			for _, workers := range []int{4, 8, 12} {
-				name := fmt.Sprintf("h2d/%dMiB/chunk%dMiB/w%d", size>>20, chunk>>20, workers)
-				b.Run(name, func(b *testing.B) {
-					d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, int64(size))
-					d = mustView(b, d, err)
-					h := goView(b, make([]byte, size), dlpack.Uint8Type)
-					c := newCopier(b, zerocopy.CopierOptions{ChunkBytes: chunk, Workers: workers})
+	type knobs struct {
+		chunk   int64 // 0: the default
+		workers int   // 0: the default
+	}
+	for _, size := range []int{16 << 20, 64 << 20, 256 << 20} {
+		for _, k := range []knobs{{0, 0}, {1 << 20, 4}, {2 << 20, 4}, {4 << 20, 4}, {4 << 20, 8}, {8 << 20, 4}, {8 << 20, 12}} {
+			name := fmt.Sprintf("h2d/%dMiB/chunk%dMiB/w%d", size>>20, k.chunk>>20, k.workers)
+			if k.chunk == 0 {
+				name = fmt.Sprintf("h2d/%dMiB/defaults", size>>20)
+			}
+			b.Run(name, func(b *testing.B) {
+				d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, int64(size))
+				d = mustView(b, d, err)
+				h := goView(b, make([]byte, size), dlpack.Uint8Type)
+				c := newCopier(b, zerocopy.CopierOptions{ChunkBytes: k.chunk, Workers: k.workers})
+				if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for b.Loop() {
 					if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
 						b.Fatal(err)
 					}
-					b.SetBytes(int64(size))
-					b.ResetTimer()
-					for b.Loop() {
-						if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
-							b.Fatal(err)
-						}
-						if err := d.Synchronize(); err != nil {
-							b.Fatal(err)
-						}
+					if err := d.Synchronize(); err != nil {
+						b.Fatal(err)
 					}
-				})
-			}
+				}
+			})
 		}
 	}
 }
