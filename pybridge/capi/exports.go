@@ -336,6 +336,8 @@ func putString(s string, buf *C.char, n C.int32_t) error {
 	if int(n) < len(s)+1 || buf == nil {
 		return pybridge.Errorf(pybridge.ValueError, "dlbridge: buffer of %d bytes too small for %q", int(n), s)
 	}
+	// Sound: buf is the caller's C buffer of n bytes (checked non-nil and
+	// large enough above), written before this call returns and not kept.
 	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
 	copy(b, s)
 	b[len(s)] = 0
@@ -516,7 +518,7 @@ func dlb_pool_stats(dev C.int32_t, out *C.int64_t) C.int32_t {
 			return pybridge.Errorf(pybridge.ValueError, "dlbridge: NULL out pointer")
 		}
 		p := pybridge.Pools(int(dev))
-		o := unsafe.Slice((*int64)(unsafe.Pointer(out)), 5) // the caller's array of 5
+		o := unsafe.Slice((*int64)(unsafe.Pointer(out)), 5) // sound: the caller's C array of 5, written during this call
 		o[0], o[1], o[2], o[3], o[4] = p.PinnedCached, p.PinnedInUse, p.PinnedLimit, p.DeviceReserved, p.DeviceUsed
 		return nil
 	})
@@ -545,6 +547,8 @@ func dlb_index(h C.uint64_t, n C.int32_t, items *C.dlb_index_item, out *C.uint64
 		}
 		var list []C.dlb_index_item
 		if n > 0 {
+			// Sound: items is the caller's C array of n index items (n
+			// range-checked above), read only during this call.
 			list = unsafe.Slice(items, int(n))
 		}
 		v, err := applyIndex(t.View, list)
@@ -633,6 +637,8 @@ func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, i
 		}
 		ord := make([]int, int(n))
 		if n > 0 {
+			// Sound: order is the caller's C array of n int32s (n checked
+			// above), copied into ord before this call returns.
 			for i, o := range unsafe.Slice((*int32)(unsafe.Pointer(order)), int(n)) {
 				ord[i] = int(o)
 			}

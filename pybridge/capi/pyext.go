@@ -83,14 +83,17 @@ func init() {
 // Go still recognises its own tensor when it comes back.
 func guardExport(p unsafe.Pointer, versioned bool) unsafe.Pointer {
 	if versioned {
-		// p is a DLManagedTensorVersioned that only this thread knows yet.
+		// Sound: p is a DLManagedTensorVersioned in C memory that Export
+		// just made and only this thread knows yet.
 		m := (*dlpack.DLManagedTensorVersioned)(p)
 		if m.Deleter == dlpack.DeleterPtr() {
 			m.Deleter = uintptr(unsafe.Pointer(C.dlb_guarded_deleter_versioned))
 		}
 		return p
 	}
-	// p is a DLManagedTensor that only this thread knows yet.
+	// Sound: p is a DLManagedTensor in C memory that Export just made and
+	// only this thread knows yet. (A C function's address stored as an
+	// integer: C code never moves, and the deleter field is an integer.)
 	m := (*dlpack.DLManagedTensor)(p)
 	if m.Deleter == dlpack.LegacyDeleterPtr() {
 		m.Deleter = uintptr(unsafe.Pointer(C.dlb_guarded_deleter_legacy))
