@@ -133,7 +133,7 @@ func (o CopierOptions) withDefaults() CopierOptions {
 type Copier struct {
 	opts CopierOptions
 
-	mu     sync.Mutex
+	mu sync.Mutex
 	// autoChunk and autoWorkers: ChunkBytes and Workers were defaulted,
 	// so mid-sized transfers may use less of them (see midSize).
 	autoChunk, autoWorkers bool
