@@ -226,17 +226,6 @@ func hostAccessible(v *View, op string) error {
 	return fmt.Errorf("zerocopy: %s: memory on %s is not host-accessible (copy it with CopyCUDA)", op, v.device)
 }
 
-// elemPointer checks idx against v's shape (negative indices count from the
-// end, as in Python) and returns the address of that element.
-func elemPointer(v *View, op string, idx []int64) (unsafe.Pointer, error) {
-	off, err := v.lay.index(op, idx)
-	if err != nil {
-		return nil, err
-	}
-	// Sound: the element lies inside the view's validated byte span.
-	return unsafe.Add(hostPointer(v.Ptr()), off*int64(v.lay.dtype.ItemSize())), nil
-}
-
 // At reads the element at idx of a host-accessible view of any strides.
 // Negative indices count from the end.
 func At[T Elem](v *View, idx ...int64) (T, error) {
@@ -244,11 +233,13 @@ func At[T Elem](v *View, idx ...int64) (T, error) {
 	if err := hostCheck[T](v, "At"); err != nil {
 		return zero, err
 	}
-	p, err := elemPointer(v, "At", idx)
+	off, err := v.lay.index("At", idx)
 	if err != nil {
 		return zero, err
 	}
-	return *(*T)(p), nil
+	// Sound: the element lies inside the view's validated span, and T is
+	// the view's element type (hostCheck).
+	return *(*T)(unsafe.Add(hostPointer(v.Ptr()), off*int64(unsafe.Sizeof(zero)))), nil
 }
 
 // Set writes x at idx of a writable, host-accessible view of any strides.
@@ -261,11 +252,12 @@ func Set[T Elem](v *View, x T, idx ...int64) error {
 	if err := hostCheck[T](v, "Set"); err != nil {
 		return err
 	}
-	p, err := elemPointer(v, "Set", idx)
+	off, err := v.lay.index("Set", idx)
 	if err != nil {
 		return err
 	}
-	*(*T)(p) = x
+	// Sound: as in At.
+	*(*T)(unsafe.Add(hostPointer(v.Ptr()), off*int64(unsafe.Sizeof(x)))) = x
 	return nil
 }
 

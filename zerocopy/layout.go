@@ -9,10 +9,11 @@ import (
 )
 
 // inlineDims is how many dimensions a Layout stores without a heap
-// allocation. Layouts are copied by value on every derived view, so the
-// array is kept small; tensors of more dimensions are rare and pay one
-// allocation per new layout.
-const inlineDims = 8
+// allocation. Layouts are copied by value on every derived view and live
+// inside every View, so the array is kept small (a View is then no larger
+// than it was with shape and strides beside it); tensors of more dimensions
+// are rare and pay one allocation per new layout.
+const inlineDims = 6
 
 // Layout is where the elements of a tensor lie relative to a base address:
 // a dtype, a shape, strides in elements (DLPack's unit) and the byte offset
@@ -28,10 +29,10 @@ const inlineDims = 8
 type Layout struct {
 	dtype  dlpack.DataType
 	padded bool  // sub-byte elements stored one per byte (DLPack IS_SUBBYTE_TYPE_PADDED)
-	nd     int   // number of dimensions
+	n      uint8 // number of dimensions (at most dlpack.MaxNDim)
 	offset int64 // bytes from the base to element [0, 0, ...]
 	inl    [2 * inlineDims]int64
-	ext    []int64 // shape then strides for nd > inlineDims; shared between copies, never written once built
+	ext    *[2 * dlpack.MaxNDim]int64 // shape then strides for more dims; shared between copies, never written once built
 }
 
 // NewLayout validates a layout: ndim within 0..64, as many strides as
@@ -79,34 +80,45 @@ func trustedLayout(dt dlpack.DataType, shape, strides []int64, padded bool) Layo
 // reset gives l room for n dimensions that no other Layout shares; the
 // caller fills shape() and strides().
 func (l *Layout) reset(n int) {
-	l.nd = n
+	l.n = uint8(n)
 	l.ext = nil
 	if n > inlineDims {
-		l.ext = make([]int64, 2*n)
+		l.ext = new([2 * dlpack.MaxNDim]int64)
 	}
 }
 
 // shape and strides are l's own storage: callers in this package read them
 // without a copy and write them only right after reset.
 func (l *Layout) shape() []int64 {
+	n := int(l.n)
 	if l.ext != nil {
-		return l.ext[:l.nd:l.nd]
+		return l.ext[:n:n]
 	}
-	return l.inl[:l.nd:l.nd]
+	return l.inl[:n:n]
 }
 
 func (l *Layout) strides() []int64 {
+	n := int(l.n)
 	if l.ext != nil {
-		return l.ext[l.nd : 2*l.nd : 2*l.nd]
+		return l.ext[dlpack.MaxNDim : dlpack.MaxNDim+n : dlpack.MaxNDim+n]
 	}
-	return l.inl[inlineDims : inlineDims+l.nd : inlineDims+l.nd]
+	return l.inl[inlineDims : inlineDims+n : inlineDims+n]
+}
+
+// dims is shape() and strides() together, for loops that read both.
+func (l *Layout) dims() (shape, strides []int64) {
+	n := int(l.n)
+	if l.ext != nil {
+		return l.ext[:n:n], l.ext[dlpack.MaxNDim : dlpack.MaxNDim+n : dlpack.MaxNDim+n]
+	}
+	return l.inl[:n:n], l.inl[inlineDims : inlineDims+n : inlineDims+n]
 }
 
 // DType is the element type.
 func (l *Layout) DType() dlpack.DataType { return l.dtype }
 
 // NDim is the number of dimensions.
-func (l *Layout) NDim() int { return l.nd }
+func (l *Layout) NDim() int { return int(l.n) }
 
 // Shape returns a copy of the extents.
 func (l *Layout) Shape() []int64 { return slices.Clone(l.shape()) }
@@ -161,25 +173,29 @@ func (l *Layout) String() string {
 
 // index checks idx against the shape (negative indices count from the end,
 // as in Python) and returns the element offset of that element from
-// element [0, 0, ...].
+// element [0, 0, ...]. It is At's and Set's hot path: one pass, the error
+// built out of line.
 func (l *Layout) index(op string, idx []int64) (int64, error) {
-	shape, st := l.shape(), l.strides()
+	shape, st := l.dims()
 	if len(idx) != len(shape) {
 		return 0, fmt.Errorf("zerocopy: %s: %d indices for a %d-d view", op, len(idx), len(shape))
 	}
 	var off int64
 	for d, i := range idx {
 		e := shape[d]
-		j := i
-		if j < 0 {
-			j += e
+		if i < 0 {
+			i += e
 		}
-		if j < 0 || j >= e {
-			return 0, fmt.Errorf("zerocopy: %s: index %d out of range for dim %d with extent %d", op, i, d, e)
+		if uint64(i) >= uint64(e) {
+			return 0, l.indexError(op, d, idx[d])
 		}
-		off += j * st[d] // in range: bounded by the validated span
+		off += i * st[d] // in range: bounded by the validated span
 	}
 	return off, nil
+}
+
+func (l *Layout) indexError(op string, d int, i int64) error {
+	return fmt.Errorf("zerocopy: %s: index %d out of range for dim %d with extent %d", op, i, d, l.shape()[d])
 }
 
 // Layout operations. Dimension arguments may be negative, counting from the
@@ -262,7 +278,7 @@ func sliceIndices(start, stop, step, n int64) (first, length int64) {
 // clamped, a negative step walks backwards, Omit leaves a bound out, and a
 // step of 0 is an error. Slice(0, Omit, Omit, -1) reverses dim 0.
 func (l *Layout) Slice(dim int, start, stop, step int64) (Layout, error) {
-	d, err := normDim("Slice", dim, l.nd)
+	d, err := normDim("Slice", dim, l.NDim())
 	if err != nil {
 		return Layout{}, err
 	}
@@ -279,7 +295,7 @@ func (l *Layout) Slice(dim int, start, stop, step int64) (Layout, error) {
 		// Unreachable: length > 1 means stride × step lies inside the span.
 		return Layout{}, fmt.Errorf("zerocopy: Slice: stride %d × step %d of dim %d overflows int64", st, step, d)
 	}
-	nl := l.clone(l.nd)
+	nl := l.clone(l.NDim())
 	nl.shape()[d], nl.strides()[d] = length, nst
 	if length > 0 { // an empty result keeps the offset: first may be one past the end
 		if err := nl.move("Slice", first*st); err != nil {
@@ -290,16 +306,16 @@ func (l *Layout) Slice(dim int, start, stop, step int64) (Layout, error) {
 }
 
 // clone returns a copy of l with storage of its own for n dims, the first
-// min(n, l.nd) of them copied.
+// min(n, l.NDim()) of them copied.
 func (l *Layout) clone(n int) Layout {
 	nl := *l
 	if l.ext != nil || n > inlineDims {
 		nl.reset(n)
-		k := min(n, l.nd)
+		k := min(n, l.NDim())
 		copy(nl.shape(), l.shape()[:k])
 		copy(nl.strides(), l.strides()[:k])
 	} else {
-		nl.nd = n
+		nl.n = uint8(n)
 	}
 	return nl
 }
@@ -307,7 +323,7 @@ func (l *Layout) clone(n int) Layout {
 // Select keeps the elements at index along dim and drops that dimension
 // (NumPy's a[..., index, ...]). A negative index counts from the end.
 func (l *Layout) Select(dim int, index int64) (Layout, error) {
-	d, err := normDim("Select", dim, l.nd)
+	d, err := normDim("Select", dim, l.NDim())
 	if err != nil {
 		return Layout{}, err
 	}
@@ -329,7 +345,7 @@ func (l *Layout) Select(dim int, index int64) (Layout, error) {
 // dropped is l without dimension d.
 func (l *Layout) dropped(d int) Layout {
 	nl := *l
-	nl.reset(l.nd - 1)
+	nl.reset(l.NDim() - 1)
 	sh, st := l.shape(), l.strides()
 	nsh, nst := nl.shape(), nl.strides()
 	copy(nsh, sh[:d])
@@ -342,7 +358,7 @@ func (l *Layout) dropped(d int) Layout {
 // Permute reorders the dimensions: dimension i of the result is dimension
 // order[i] of l. order must name every dimension once.
 func (l *Layout) Permute(order ...int) (Layout, error) {
-	n := l.nd
+	n := l.NDim()
 	if len(order) != n {
 		return Layout{}, fmt.Errorf("zerocopy: Permute: order has %d dims, the view has %d", len(order), n)
 	}
@@ -366,15 +382,15 @@ func (l *Layout) Permute(order ...int) (Layout, error) {
 
 // Transpose swaps dimensions d0 and d1.
 func (l *Layout) Transpose(d0, d1 int) (Layout, error) {
-	a, err := normDim("Transpose", d0, l.nd)
+	a, err := normDim("Transpose", d0, l.NDim())
 	if err != nil {
 		return Layout{}, err
 	}
-	b, err := normDim("Transpose", d1, l.nd)
+	b, err := normDim("Transpose", d1, l.NDim())
 	if err != nil {
 		return Layout{}, err
 	}
-	nl := l.clone(l.nd)
+	nl := l.clone(l.NDim())
 	sh, st := nl.shape(), nl.strides()
 	sh[a], sh[b] = sh[b], sh[a]
 	st[a], st[b] = st[b], st[a]
@@ -385,13 +401,13 @@ func (l *Layout) Transpose(d0, d1 int) (Layout, error) {
 // as they are. Higher ranks are an error: say which dims with Transpose or
 // Permute.
 func (l *Layout) T() (Layout, error) {
-	switch l.nd {
+	switch l.NDim() {
 	case 0, 1:
-		return l.clone(l.nd), nil
+		return l.clone(l.NDim()), nil
 	case 2:
 		return l.Transpose(0, 1)
 	}
-	return Layout{}, fmt.Errorf("zerocopy: T: view is %d-d; T needs ndim <= 2 (use Transpose or Permute)", l.nd)
+	return Layout{}, fmt.Errorf("zerocopy: T: view is %d-d; T needs ndim <= 2 (use Transpose or Permute)", l.NDim())
 }
 
 // Reshape gives the same elements in row-major order a new shape, without
@@ -509,7 +525,7 @@ func (l *Layout) Flatten() (Layout, error) {
 // Squeeze removes dimensions of extent 1: the given ones (each must have
 // extent 1, as in NumPy), or all of them when none are given.
 func (l *Layout) Squeeze(dims ...int) (Layout, error) {
-	n := l.nd
+	n := l.NDim()
 	sh, st := l.shape(), l.strides()
 	var drop [dlpack.MaxNDim]bool
 	keep := n
@@ -552,7 +568,7 @@ func (l *Layout) Squeeze(dims ...int) (Layout, error) {
 // counts from the end, -1 appends). Its stride keeps a contiguous layout
 // contiguous, as in PyTorch.
 func (l *Layout) Unsqueeze(dim int) (Layout, error) {
-	n := l.nd
+	n := l.NDim()
 	if n == dlpack.MaxNDim {
 		return Layout{}, fmt.Errorf("zerocopy: Unsqueeze: view already has the maximum of %d dims", dlpack.MaxNDim)
 	}
@@ -585,7 +601,7 @@ func (l *Layout) Unsqueeze(dim int) (Layout, error) {
 // extents must match. -1 keeps the extent of an existing dim (PyTorch's
 // expand). Several positions of the result then share one element.
 func (l *Layout) Broadcast(shape ...int64) (Layout, error) {
-	n, m := l.nd, len(shape)
+	n, m := l.NDim(), len(shape)
 	if m > dlpack.MaxNDim {
 		return Layout{}, fmt.Errorf("zerocopy: Broadcast: ndim %d out of range (0..%d)", m, dlpack.MaxNDim)
 	}

@@ -48,10 +48,10 @@ type View struct {
 	readOnly bool
 	copied   bool
 	foreign  bool
+	closed   atomic.Bool
 	pend     atomic.Pointer[pendingWrite] // the write queued on a stream, nil if none (pending.go)
 	owner    *Owner
-	holder   *View // the view whose reference this one borrows; nil when it holds its own
-	closed   atomic.Bool
+	holder   *View       // the view whose reference this one borrows; nil when it holds its own
 	leak     *leakRecord // the leak safety net, when SetLeakReporter was on at creation
 }
 
@@ -133,7 +133,7 @@ func (v *View) Device() dlpack.Device { return v.device }
 func (v *View) DType() dlpack.DataType { return v.lay.dtype }
 
 // NDim is the number of dimensions.
-func (v *View) NDim() int { return v.lay.nd }
+func (v *View) NDim() int { return v.lay.NDim() }
 
 // Shape returns a copy of the extents.
 func (v *View) Shape() []int64 { return v.lay.Shape() }
