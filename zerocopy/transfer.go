@@ -706,13 +706,12 @@ func dmaOrKernel(x *xfer, p *bytePlan, dst, src uintptr, dk, sk memKind) error {
 	defer x.s.MemFreeAsync(tmp)
 	// The temporary is compact in the plan's order: rebuild plans against it.
 	var tp bytePlan
-	tp.run, tp.nd = p.run, p.nd
-	acc := p.run
-	for i := p.nd - 1; i >= 0; i-- {
-		tp.shape[i] = p.shape[i]
-		tp.ds[i], tp.ss[i] = acc, acc
-		acc *= p.shape[i]
+	tp.run, tp.nd, tp.shape = p.run, p.nd, p.shape
+	dlpack.FillCStrides(tp.ds[:p.nd], p.shape[:p.nd]) // in runs
+	for i := range p.nd {
+		tp.ds[i] *= p.run
 	}
+	tp.ss = tp.ds
 	if dk.host() { // device -> tmp (kernel), tmp -> pinned (linear)
 		kp := *p
 		kp.ds, kp.doff = tp.ds, 0
