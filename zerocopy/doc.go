@@ -109,10 +109,10 @@
 // step 0 or Select past the end returns an error where gonum's mat would
 // panic. (Layout operations are maths on the layout alone: deriving from a
 // closed view succeeds, and the closed view is reported, with ErrClosed,
-// where memory is used.) An error names the operation, the value and the limit, and wraps a
-// sentinel or has a type where callers need to tell cases apart
-// (ErrReleased, ErrWrongDevice, ErrNotInAllocation, cuda.ErrNoDriver,
-// *MismatchError).
+// where its memory is used.) An error names the operation, the value and
+// the limit, and wraps a sentinel or has a type where callers need to tell
+// cases apart (ErrReleased, ErrWrongDevice, ErrNotInAllocation,
+// cuda.ErrNoDriver, *MismatchError).
 //
 // Panics are for programming errors in the Go code that calls zerocopy,
 // mistakes no input can cause: a Want that contradicts itself (NDim
