@@ -117,8 +117,8 @@ func (p *bytePlan) blocks() (b pitchedBlock, calls int64, ok bool) {
 
 // each calls f with the byte offsets of every block copy of the loop.
 func (b *pitchedBlock) each(f func(doff, soff int64) error) error {
-	var idx [dlpack.MaxNDim]int64
-	o := odometer{shape: b.loopShape, ds: b.loopDs, ss: b.loopSs, idx: idx[:len(b.loopShape)], doff: b.doff, soff: b.soff}
+	var small [odometerSmall]int64
+	o := odometer{shape: b.loopShape, ds: b.loopDs, ss: b.loopSs, idx: indexBuffer(small[:], len(b.loopShape)), doff: b.doff, soff: b.soff}
 	for {
 		if err := f(o.doff, o.soff); err != nil {
 			return err

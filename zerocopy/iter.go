@@ -116,6 +116,19 @@ type odometer struct {
 	doff, soff         int64
 }
 
+// odometerSmall is how many dims an odometer's caller keeps its index for on
+// the stack: after simplification few remain, and zeroing a 64-dim index on
+// every small copy costs more than the copy.
+const odometerSmall = 8
+
+// indexBuffer returns small[:n] zeroed, or for more dims a new buffer.
+func indexBuffer(small []int64, n int) []int64 {
+	if n <= len(small) {
+		return small[:n]
+	}
+	return make([]int64, n)
+}
+
 // next steps to the following index and reports false after the last one
 // (when it is back at the start). A 0-d shape has one index.
 func (o *odometer) next() bool {
@@ -179,8 +192,8 @@ func (p *pair) walk(d, s unsafe.Pointer, is int64, pick func(dl, sl int64) block
 		tk, tl = tile, tile
 	}
 	blk := pick(dl, sl)
-	var idx [dlpack.MaxNDim]int64
-	o := odometer{shape: p.shape[:n], ds: p.ds[:n], ss: p.ss[:n], idx: idx[:n]}
+	var small [odometerSmall]int64
+	o := odometer{shape: p.shape[:n], ds: p.ds[:n], ss: p.ss[:n], idx: indexBuffer(small[:], n)}
 	for {
 		for a := int64(0); a < nk; a += tk {
 			na := min(tk, nk-a)

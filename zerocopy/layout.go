@@ -145,8 +145,25 @@ func (l *Layout) Len() int64 {
 // ByteSpan returns [lo, hi): the bytes relative to element [0, 0, ...] that
 // the layout may touch (add Offset for bytes relative to the base).
 func (l *Layout) ByteSpan() (lo, hi int64) {
-	lo, hi, _ = dlpack.ByteSpan(l.dtype, l.shape(), l.strides(), l.padded) // checked when made
-	return lo, hi
+	shape, st := l.dims()
+	if l.dtype.IsSubByte() && !l.padded { // packed: bits, rounded out to bytes
+		lo, hi, _ = dlpack.ByteSpan(l.dtype, shape, st, false) // checked when made
+		return lo, hi
+	}
+	// dlpack.ByteSpan without its overflow checks, which passed when the
+	// layout was made: copies ask for spans on every call.
+	for d, e := range shape {
+		if e == 0 {
+			return 0, 0
+		}
+		if r := (e - 1) * st[d]; r < 0 {
+			lo += r
+		} else {
+			hi += r
+		}
+	}
+	is := int64(l.dtype.ItemSize())
+	return lo * is, (hi + 1) * is
 }
 
 // IsCContiguous reports compact row-major layout (extent-1 dims ignored).

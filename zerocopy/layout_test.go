@@ -186,3 +186,32 @@ func TestDeriveAllocs(t *testing.T) {
 		t.Errorf("Select allocated %v times, want 1 (the View)", allocs)
 	}
 }
+
+// Layout.ByteSpan skips dlpack.ByteSpan's overflow checks (they passed when
+// the layout was made); the results must agree.
+func TestLayoutByteSpan(t *testing.T) {
+	int4 := dlpack.DataType{Code: dlpack.Int, Bits: 4, Lanes: 1}
+	cases := []struct {
+		dt             dlpack.DataType
+		shape, strides []int64
+	}{
+		{dlpack.Float32Type, []int64{2, 3}, nil},
+		{dlpack.Float64Type, []int64{4, 5}, []int64{-5, 1}},
+		{dlpack.Int16Type, []int64{3, 4}, []int64{0, -2}},
+		{dlpack.Uint8Type, []int64{3, 0}, []int64{-7, 1}},
+		{dlpack.Complex128Type, []int64{}, nil},
+		{int4, []int64{3, 4}, nil},
+		{int4, []int64{3, 4}, []int64{-4, 1}},
+	}
+	for _, c := range cases {
+		l, err := zerocopy.NewLayout(c.dt, c.shape, c.strides)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, hi := l.ByteSpan()
+		wlo, whi, err := dlpack.ByteSpan(c.dt, l.Shape(), l.Strides(), false)
+		if err != nil || lo != wlo || hi != whi {
+			t.Errorf("%v: ByteSpan [%d, %d), dlpack says [%d, %d) %v", &l, lo, hi, wlo, whi, err)
+		}
+	}
+}
