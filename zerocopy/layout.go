@@ -295,37 +295,49 @@ func sliceIndices(start, stop, step, n int64) (first, length int64) {
 // clamped, a negative step walks backwards, Omit leaves a bound out, and a
 // step of 0 is an error. Slice(0, Omit, Omit, -1) reverses dim 0.
 func (l *Layout) Slice(dim int, start, stop, step int64) (Layout, error) {
+	var nl Layout
+	err := l.slice(&nl, dim, start, stop, step)
+	return nl, err
+}
+
+// slice is Slice writing the result into *nl (a View's own layout: no
+// intermediate copies on the path every index takes).
+func (l *Layout) slice(nl *Layout, dim int, start, stop, step int64) error {
 	d, err := normDim("Slice", dim, l.NDim())
 	if err != nil {
-		return Layout{}, err
+		return err
 	}
 	if step == 0 {
-		return Layout{}, fmt.Errorf("zerocopy: Slice: step 0 for dim %d: the step must be nonzero", d)
+		return fmt.Errorf("zerocopy: Slice: step 0 for dim %d: the step must be nonzero", d)
 	}
 	if step == math.MinInt64 { // -step would overflow
-		return Layout{}, fmt.Errorf("zerocopy: Slice: step %d for dim %d is out of range", step, d)
+		return fmt.Errorf("zerocopy: Slice: step %d for dim %d is out of range", step, d)
 	}
 	e, st := l.Dim(d)
 	first, length := sliceIndices(start, stop, step, e)
 	nst, ok := dlpack.MulInt64(st, step)
 	if !ok && length > 1 {
 		// Unreachable: length > 1 means stride × step lies inside the span.
-		return Layout{}, fmt.Errorf("zerocopy: Slice: stride %d × step %d of dim %d overflows int64", st, step, d)
+		return fmt.Errorf("zerocopy: Slice: stride %d × step %d of dim %d overflows int64", st, step, d)
 	}
-	nl := l.clone(l.NDim())
+	l.cloneInto(nl, l.NDim())
 	nl.shape()[d], nl.strides()[d] = length, nst
 	if length > 0 { // an empty result keeps the offset: first may be one past the end
-		if err := nl.move("Slice", first*st); err != nil {
-			return Layout{}, err
-		}
+		return nl.move("Slice", first*st)
 	}
-	return nl, nil
+	return nil
 }
 
 // clone returns a copy of l with storage of its own for n dims, the first
 // min(n, l.NDim()) of them copied.
 func (l *Layout) clone(n int) Layout {
-	nl := *l
+	var nl Layout
+	l.cloneInto(&nl, n)
+	return nl
+}
+
+func (l *Layout) cloneInto(nl *Layout, n int) {
+	*nl = *l
 	if l.ext != nil || n > inlineDims {
 		nl.reset(n)
 		k := min(n, l.NDim())
@@ -334,15 +346,21 @@ func (l *Layout) clone(n int) Layout {
 	} else {
 		nl.n = uint8(n)
 	}
-	return nl
 }
 
 // Select keeps the elements at index along dim and drops that dimension
 // (NumPy's a[..., index, ...]). A negative index counts from the end.
 func (l *Layout) Select(dim int, index int64) (Layout, error) {
+	var nl Layout
+	err := l.selectInto(&nl, dim, index)
+	return nl, err
+}
+
+// selectInto is Select writing the result into *nl.
+func (l *Layout) selectInto(nl *Layout, dim int, index int64) error {
 	d, err := normDim("Select", dim, l.NDim())
 	if err != nil {
-		return Layout{}, err
+		return err
 	}
 	e, st := l.Dim(d)
 	i := index
@@ -350,26 +368,20 @@ func (l *Layout) Select(dim int, index int64) (Layout, error) {
 		i += e
 	}
 	if i < 0 || i >= e {
-		return Layout{}, fmt.Errorf("zerocopy: Select: index %d out of range for dim %d with extent %d", index, d, e)
+		return fmt.Errorf("zerocopy: Select: index %d out of range for dim %d with extent %d", index, d, e)
 	}
-	nl := l.dropped(d)
-	if err := nl.move("Select", i*st); err != nil {
-		return Layout{}, err
-	}
-	return nl, nil
-}
-
-// dropped is l without dimension d.
-func (l *Layout) dropped(d int) Layout {
-	nl := *l
+	*nl = *l
 	nl.reset(l.NDim() - 1)
-	sh, st := l.shape(), l.strides()
-	nsh, nst := nl.shape(), nl.strides()
-	copy(nsh, sh[:d])
-	copy(nsh[d:], sh[d+1:])
-	copy(nst, st[:d])
-	copy(nst[d:], st[d+1:])
-	return nl
+	sh, ss := l.dims()
+	nsh, nss := nl.dims()
+	j := 0
+	for k := range sh { // a loop: four copy calls cost more for a few dims
+		if k != d {
+			nsh[j], nss[j] = sh[k], ss[k]
+			j++
+		}
+	}
+	return nl.move("Select", i*st)
 }
 
 // Permute reorders the dimensions: dimension i of the result is dimension
@@ -596,14 +608,17 @@ func (l *Layout) Unsqueeze(dim int) (Layout, error) {
 	if d < 0 || d > n {
 		return Layout{}, fmt.Errorf("zerocopy: Unsqueeze: dim %d out of range for a %d-d view (-%d..%d)", dim, n, n+1, n)
 	}
-	sh, st := l.shape(), l.strides()
+	sh, st := l.dims()
 	nl := *l
 	nl.reset(n + 1)
-	nsh, nst := nl.shape(), nl.strides()
-	copy(nsh, sh[:d])
-	copy(nst, st[:d])
-	copy(nsh[d+1:], sh[d:])
-	copy(nst[d+1:], st[d:])
+	nsh, nst := nl.dims()
+	for i := range sh {
+		j := i
+		if i >= d {
+			j++
+		}
+		nsh[j], nst[j] = sh[i], st[i]
+	}
 	nsh[d], nst[d] = 1, 1
 	if d < n {
 		if s, ok := dlpack.MulInt64(sh[d], st[d]); ok && s != 0 {

@@ -12,21 +12,21 @@ package zerocopy
 // with Python's rules (see Layout.Slice). Slice(0, Omit, Omit, -1) reverses
 // dim 0.
 func (v *View) Slice(dim int, start, stop, step int64) (*View, error) {
-	l, err := v.lay.Slice(dim, start, stop, step)
-	if err != nil {
+	nv := v.sub(nil)
+	if err := v.lay.slice(&nv.lay, dim, start, stop, step); err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return nv, nil
 }
 
 // Select returns the view at index along dim, with that dimension removed
 // (NumPy's a[..., index, ...]). A negative index counts from the end.
 func (v *View) Select(dim int, index int64) (*View, error) {
-	l, err := v.lay.Select(dim, index)
-	if err != nil {
+	nv := v.sub(nil)
+	if err := v.lay.selectInto(&nv.lay, dim, index); err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return nv, nil
 }
 
 // Permute reorders the dimensions: dimension i of the result is dimension
@@ -36,7 +36,7 @@ func (v *View) Permute(order ...int) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // Transpose swaps dimensions d0 and d1.
@@ -45,7 +45,7 @@ func (v *View) Transpose(d0, d1 int) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // T is the matrix transpose of a 2-d view; 0-d and 1-d views come back as
@@ -56,7 +56,7 @@ func (v *View) T() (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // Reshape returns the same elements in row-major order with a new shape,
@@ -68,7 +68,7 @@ func (v *View) Reshape(shape ...int64) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // Flatten returns a 1-d view of all elements in row-major order when the
@@ -78,7 +78,7 @@ func (v *View) Flatten() (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // Squeeze removes dimensions of extent 1: the given ones (each must have
@@ -88,7 +88,7 @@ func (v *View) Squeeze(dims ...int) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // Unsqueeze inserts a dimension of extent 1 before dim (0..ndim; negative
@@ -99,7 +99,7 @@ func (v *View) Unsqueeze(dim int) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // Broadcast returns v stretched to shape by NumPy's rules (see
@@ -112,13 +112,13 @@ func (v *View) Broadcast(shape ...int64) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.sub(l), nil
+	return v.sub(&l), nil
 }
 
 // AsReadOnly returns a view of the same memory and layout that refuses
 // writes (HostSlice, Set, Copy into it; DLPack export sets READ_ONLY).
 func (v *View) AsReadOnly() *View {
-	nv := v.sub(v.lay)
+	nv := v.sub(&v.lay)
 	nv.readOnly = true
 	return nv
 }

@@ -230,18 +230,21 @@ func (v *View) Retain() (*View, error) {
 	if err := v.owner.Retain(); err != nil {
 		return nil, fmt.Errorf("zerocopy: Retain: %w", err)
 	}
-	nv := v.sub(v.lay)
+	nv := v.sub(&v.lay)
 	nv.holder = nil
 	trackLeak(nv)
 	return nv, nil
 }
 
-// sub returns a view of v's memory with layout l that borrows v's
-// reference (see View). It never fails: a view derived from a closed view
-// reports ErrClosed when it is used.
-func (v *View) sub(l Layout) *View {
-	nv := &View{base: v.base, lay: l, device: v.device, readOnly: v.readOnly, copied: v.copied,
+// sub returns a view of v's memory with layout l (nil: the caller fills
+// it in) that borrows v's reference (see View). It never fails: a view
+// derived from a closed view reports ErrClosed when it is used.
+func (v *View) sub(l *Layout) *View {
+	nv := &View{base: v.base, device: v.device, readOnly: v.readOnly, copied: v.copied,
 		foreign: v.foreign, owner: v.owner, holder: v.ref()}
+	if l != nil {
+		nv.lay = *l
+	}
 	nv.pend.Store(v.pend.Load())
 	return nv
 }
