@@ -5,7 +5,7 @@
 // A Layout is a dtype, a shape, strides (in elements) and a byte offset: a
 // value with the layout algebra (Slice, Select, Permute, Transpose, T,
 // Reshape, Flatten, Squeeze, Unsqueeze, Broadcast), byte spans and
-// contiguity, which never allocates for up to 8 dimensions and fails only
+// contiguity, which never allocates for up to 6 dimensions and fails only
 // for arguments that do not fit. Every loop over elements in this package
 // (copies, fills, sums, conversions, typed host access, the plans the DMA
 // engines and the strided-copy kernel run) goes through one simplifier,

@@ -18,7 +18,7 @@ const inlineDims = 6
 // Layout is where the elements of a tensor lie relative to a base address:
 // a dtype, a shape, strides in elements (DLPack's unit) and the byte offset
 // of element [0, 0, ...]. It is a value: the operations below return a new
-// Layout and leave the receiver alone, never allocate for up to 8
+// Layout and leave the receiver alone, never allocate for up to 6
 // dimensions, and fail only for arguments that do not fit the layout. A
 // View is a Layout plus memory plus an Owner, and its layout operations are
 // these.

@@ -48,7 +48,7 @@ func TestNewLayout(t *testing.T) {
 }
 
 // The layout algebra on Layout values: offsets in bytes, the receiver left
-// alone, and no allocation for up to 8 dimensions.
+// alone, and no allocation for up to 6 dimensions.
 func TestLayoutAlgebra(t *testing.T) {
 	l, err := zerocopy.NewLayout(dlpack.Float64Type, []int64{4, 6}, nil)
 	if err != nil {
@@ -100,7 +100,7 @@ func TestLayoutAlgebra(t *testing.T) {
 	}
 }
 
-// Layouts of more than 8 dimensions keep their dims on the heap, shared
+// Layouts of more than 6 dimensions keep their dims on the heap, shared
 // between copies: an operation must never write into its receiver's.
 func TestLayoutManyDims(t *testing.T) {
 	shape := []int64{2, 1, 3, 1, 1, 1, 1, 1, 1, 2}
@@ -132,7 +132,7 @@ func TestLayoutManyDims(t *testing.T) {
 	}
 }
 
-// Each walks a view of many dimensions (past the inline 8) in row-major
+// Each walks a view of many dimensions (past the inline 6) in row-major
 // order with the right indices, whatever its strides.
 func TestEachManyDims(t *testing.T) {
 	shape := []int64{2, 1, 3, 1, 1, 1, 1, 1, 1, 2}
