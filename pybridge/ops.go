@@ -1,7 +1,9 @@
 package pybridge
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,11 +32,30 @@ func valued(dt dlpack.DataType, op string) error {
 	return nil
 }
 
-func needWritable(v *zerocopy.View, op string) error {
-	if v.ReadOnly() {
-		return Errorf(ValueError, "dlbridge: %s: tensor is read-only (the producer exported it with READ_ONLY)", op)
+// fit checks that v meets w for op. A mismatch is a ValueError that leads
+// with what Python users look for ("tensor is read-only", "shapes
+// differ") and then says what was wanted and what came; a closed tensor is
+// the engine's error.
+func fit(op string, w zerocopy.Want, v *zerocopy.View) error {
+	err := w.Check(v)
+	var m *zerocopy.MismatchError
+	if !errors.As(err, &m) {
+		return engineErr(err)
 	}
-	return nil
+	var what []string
+	for _, f := range m.Fields {
+		switch {
+		case f == "read-only":
+			what = append(what, "tensor is read-only")
+		case strings.HasPrefix(f, "shape") || strings.HasPrefix(f, "ndim"):
+			if !slices.Contains(what, "shapes differ") {
+				what = append(what, "shapes differ")
+			}
+		default:
+			what = append(what, f+" differs")
+		}
+	}
+	return Errorf(ValueError, "dlbridge: %s: %s: want %s, got %s", op, strings.Join(what, ", "), m.Want, m.Got)
 }
 
 // usable checks the device of v has a driver behind it.
@@ -91,7 +112,7 @@ func complete(v *zerocopy.View, nonBlocking bool) error {
 // Fill writes x into every element of t (converted as C casts do).
 func Fill(t *Tensor, x zerocopy.Value) error {
 	v := t.View
-	if err := needWritable(v, "fill_"); err != nil {
+	if err := fit("fill_", zerocopy.Want{Writable: true}, v); err != nil {
 		return err
 	}
 	if err := valued(v.DType(), "fill_"); err != nil {
@@ -141,11 +162,9 @@ type CopyOptions struct {
 // is complete.
 func CopyInto(dst, src *Tensor, opts CopyOptions) error {
 	dv, sv := dst.View, src.View
-	if err := needWritable(dv, "copy_"); err != nil {
+	// The destination: writable, with the source's shape.
+	if err := fit("copy_", zerocopy.Want{Shape: sv.Shape(), Writable: true}, dv); err != nil {
 		return err
-	}
-	if !slices.Equal(dv.Shape(), sv.Shape()) {
-		return Errorf(ValueError, "dlbridge: copy_: shapes differ: destination %v, source %v", dv.Shape(), sv.Shape())
 	}
 	s, err := copyStream(dv.Device(), sv.Device(), opts.Stream)
 	if err != nil {
@@ -313,8 +332,11 @@ func DebugSpinWrite(t *Tensor, value uint32, spin time.Duration) error {
 	if !isCUDA(d) || !CUDAAvailable() {
 		return Errorf(ValueError, "dlbridge: spin write needs a CUDA tensor, not one on %s", d)
 	}
-	if v.DType().ItemSize() != 4 || !v.IsCContiguous() || v.ReadOnly() {
-		return Errorf(ValueError, "dlbridge: spin write needs a writable, contiguous tensor of a 4-byte dtype, not %s%v", v.DType(), v.Shape())
+	if v.DType().ItemSize() != 4 {
+		return Errorf(ValueError, "dlbridge: spin write needs a tensor of a 4-byte dtype, not %s", v.DType())
+	}
+	if err := fit("spin write", zerocopy.Want{Order: zerocopy.COrder, Writable: true}, v); err != nil {
+		return err
 	}
 	s, err := zerocopy.WorkStream(int(d.ID))
 	if err != nil {

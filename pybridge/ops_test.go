@@ -2,6 +2,7 @@ package pybridge
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -156,14 +157,28 @@ func TestHostCopyConvertsAndHandlesOverlap(t *testing.T) {
 	}
 }
 
+// The messages Python's tests match (pytest.raises(match=...)) come from
+// zerocopy.Want's mismatch fields.
+func TestCopyIntoMismatch(t *testing.T) {
+	a := mustAlloc(t, dlpack.CPUDevice, dlpack.Float32Type, 3)
+	defer a.Close()
+	b := mustAlloc(t, dlpack.CPUDevice, dlpack.Float32Type, 4)
+	defer b.Close()
+	err := CopyInto(tensorOf(a), tensorOf(b), CopyOptions{})
+	if CodeOf(err) != ValueError || !strings.Contains(err.Error(), "copy_: shapes differ: want [4] writable, got float32 [3]") {
+		t.Errorf("copy_ between shapes [3] and [4]: %v", err)
+	}
+	err = CopyInto(tensorOf(b.AsReadOnly()), tensorOf(a), CopyOptions{})
+	if CodeOf(err) != ValueError || !strings.Contains(err.Error(), "copy_: shapes differ, tensor is read-only: want [3] writable") {
+		t.Errorf("copy_ into a read-only tensor of another shape: %v", err)
+	}
+}
+
 func TestReadOnlyAndUnsupported(t *testing.T) {
 	v := mustAlloc(t, dlpack.CPUDevice, dlpack.Float32Type, 2)
-	ro, err := v.AsReadOnly()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ro := v.AsReadOnly()
 	defer ro.Close()
-	if err := Fill(tensorOf(ro), zerocopy.Float(1)); CodeOf(err) != ValueError {
+	if err := Fill(tensorOf(ro), zerocopy.Float(1)); CodeOf(err) != ValueError || !strings.Contains(err.Error(), "fill_: tensor is read-only") {
 		t.Fatalf("fill of read-only: %v", err)
 	}
 	f8 := mustAlloc(t, dlpack.CPUDevice, dlpack.DataType{Code: dlpack.Float8E4M3FN, Bits: 8, Lanes: 1}, 2)
@@ -219,8 +234,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 func TestExportRequests(t *testing.T) {
 	v := mustAlloc(t, dlpack.CPUDevice, dlpack.Int32Type, 4)
 	tv := tensorOf(v)
-	ro, _ := v.AsReadOnly()
-	defer ro.Close()
+	ro := v.AsReadOnly()
 	rev, _ := v.Slice(0, zerocopy.Omit, zerocopy.Omit, -1)
 	defer rev.Close()
 	cuda0 := dlpack.CUDADevice(0)

@@ -53,14 +53,14 @@ func (v *View) ArrayInterface() (cai.Interface, error) {
 }
 
 func (v *View) caiExport(kind cai.Kind, op string) (cai.Interface, error) {
-	l := cai.Layout{Ptr: v.ptr, DType: v.dtype, Shape: v.shape, Strides: v.strides,
-		ReadOnly: v.readOnly, Padded: v.padded}
+	l := cai.Layout{Ptr: v.Ptr(), DType: v.lay.dtype, Shape: v.lay.shape(), Strides: v.lay.strides(),
+		ReadOnly: v.readOnly, Padded: v.lay.padded}
 	if h := v.Stream(); kind == cai.CUDA && h != 0 {
 		l.Stream = cai.StreamHandle(h)
 	}
 	iface, err := cai.NewInterface(kind, l) // copies shape and strides
 	if err != nil {
-		return cai.Interface{}, fmt.Errorf("zerocopy: %s of %s: %w", op, v.dtype, err)
+		return cai.Interface{}, fmt.Errorf("zerocopy: %s of %s: %w", op, v.lay.dtype, err)
 	}
 	return iface, nil
 }

@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/dlbridge/dlbridge/cuda"
-	"github.com/dlbridge/dlbridge/dlpack"
 )
 
 // Convert copies the elements of src into dst, which must have the same
@@ -22,7 +21,7 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 	if dst == nil || src == nil {
 		return fmt.Errorf("zerocopy: Convert: nil view (dst %v, src %v)", dst != nil, src != nil)
 	}
-	if dst.dtype == src.dtype {
+	if dst.lay.dtype == src.lay.dtype {
 		if onHost(dst) && onHost(src) {
 			if err := waitHost(dst, src); err != nil {
 				return err
@@ -37,14 +36,14 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 	if err := writable(dst, "Convert"); err != nil {
 		return err
 	}
-	if !slices.Equal(dst.shape, src.shape) {
-		return fmt.Errorf("zerocopy: Convert: dst shape %v != src shape %v", dst.shape, src.shape)
+	if !slices.Equal(dst.lay.shape(), src.lay.shape()) {
+		return fmt.Errorf("zerocopy: Convert: dst shape %v != src shape %v", dst.lay.shape(), src.lay.shape())
 	}
-	dc, err := codecOf("Convert", dst.dtype)
+	dc, err := codecOf("Convert", dst.lay.dtype)
 	if err != nil {
 		return err
 	}
-	sc, err := codecOf("Convert", src.dtype)
+	sc, err := codecOf("Convert", src.lay.dtype)
 	if err != nil {
 		return err
 	}
@@ -53,7 +52,7 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 	}
 	hs := src
 	if !onHost(src) {
-		if hs, err = hostStaging(src.dtype, src.shape); err != nil {
+		if hs, err = hostStaging(src.lay.dtype, src.lay.shape()); err != nil {
 			return fmt.Errorf("zerocopy: Convert: %w", err)
 		}
 		defer hs.Close()
@@ -63,7 +62,7 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 	}
 	hd := dst
 	if !onHost(dst) {
-		if hd, err = hostStaging(dst.dtype, dst.shape); err != nil {
+		if hd, err = hostStaging(dst.lay.dtype, dst.lay.shape()); err != nil {
 			return fmt.Errorf("zerocopy: Convert: %w", err)
 		}
 		defer hd.Close()
@@ -106,12 +105,11 @@ func waitHost(vs ...*View) error {
 }
 
 // convertHost converts the elements of host view src into host view dst
-// (no overlap), walking both in byte strides.
+// (no overlap), walking both in byte strides: their item sizes differ.
 func convertHost(dst, src *View, dc, sc elemCodec) {
-	var db, sb [dlpack.MaxNDim]int64
-	var p copyPlan
-	p.build(dst.shape, byteStrides(dst, db[:0]), byteStrides(src, sb[:0]))
-	p.walk(hostPointer(dst.ptr), hostPointer(src.ptr), 1, func(_, _ int64) blockFunc {
+	var p pair
+	p.simplify(dst.lay.shape(), dst.lay.strides(), src.lay.strides(), int64(dst.lay.dtype.ItemSize()), int64(src.lay.dtype.ItemSize()), true)
+	p.walk(hostPointer(dst.Ptr()), hostPointer(src.Ptr()), 1, func(_, _ int64) blockFunc {
 		return func(d, s unsafe.Pointer, _, na, nb, dk, sk, dl, sl int64) {
 			for a := range na {
 				for b := range nb {

@@ -242,7 +242,7 @@ func TestCopyErrors(t *testing.T) {
 	b, _ := iotaView(t, 3, 2)
 	c, _ := iotaView(t, 2, 3)
 	f16 := must(t)(zerocopy.FromSlice(make([]zerocopy.Float16, 6), 2, 3))
-	ro := must(t)(c.AsReadOnly())
+	ro := c.AsReadOnly()
 	row, _ := iotaView(t, 3)
 	bc := must(t)(row.Broadcast(2, 3))
 	dev := cudaView(t, make([]float32, 6), 2, 3)
@@ -284,7 +284,7 @@ func TestCopyErrors(t *testing.T) {
 func TestClone(t *testing.T) {
 	v, data := iotaView(t, 3, 4)
 	s := must(t)(v.Slice(1, zerocopy.Omit, zerocopy.Omit, -2))
-	ro := must(t)(s.AsReadOnly())
+	ro := s.AsReadOnly()
 	c, err := zerocopy.Clone(ro)
 	if err != nil {
 		t.Fatal(err)

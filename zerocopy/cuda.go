@@ -391,14 +391,14 @@ func VerifyCUDA(v *View) error {
 	}
 	// Ask about the first byte; if the driver does not know it, ask about
 	// the data pointer too, so the error can say "starts before".
-	first := v.ptr + uintptr(lo) // lo may be negative: wraps as intended
+	first := v.Ptr() + uintptr(lo) // lo may be negative: wraps as intended
 	a, err := cuda.PointerGetAttributes(cuda.DevicePtr(first))
 	if err != nil {
 		return fmt.Errorf("zerocopy: VerifyCUDA: %w", err)
 	}
-	span := fmt.Sprintf("span %s = [%#x, %#x)", relSpan(lo, hi), first, v.ptr+uintptr(hi))
+	span := fmt.Sprintf("span %s = [%#x, %#x)", relSpan(lo, hi), first, v.Ptr()+uintptr(hi))
 	if !a.Known() && lo != 0 {
-		if b, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.ptr)); err == nil && b.Known() {
+		if b, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.Ptr())); err == nil && b.Known() {
 			a = b
 		}
 	}
@@ -429,7 +429,7 @@ func VerifyCUDA(v *View) error {
 	}
 	base, end := uint64(a.RangeStart), uint64(a.RangeStart)+a.RangeSize
 	alloc := fmt.Sprintf("the allocation [%#x, %#x+%d)", base, base, a.RangeSize)
-	f, l := uint64(first), uint64(v.ptr)+uint64(hi)
+	f, l := uint64(first), uint64(v.Ptr())+uint64(hi)
 	if f < base {
 		return fmt.Errorf("%w: VerifyCUDA: %s: %s starts %d bytes before %s", ErrNotInAllocation, v, span, base-f, alloc)
 	}

@@ -2,7 +2,6 @@ package zerocopy
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -37,14 +36,14 @@ func sideOf(v *View, ask bool) (memKind, int, error) {
 	switch v.device.Type {
 	case dlpack.CPU:
 		lo, hi := v.ByteSpan()
-		if registeredSpan(v.ptr+uintptr(lo), v.ptr+uintptr(hi)) {
+		if registeredSpan(v.Ptr()+uintptr(lo), v.Ptr()+uintptr(hi)) {
 			return memPinned, -1, nil
 		}
 		if ask && hi > lo {
-			a, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.ptr + uintptr(lo)))
+			a, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.Ptr() + uintptr(lo)))
 			if err == nil && a.Kind() == cuda.KindPinnedHost && a.RangeSize > 0 &&
-				uint64(a.RangeStart) <= uint64(v.ptr+uintptr(lo)) &&
-				uint64(v.ptr+uintptr(hi)) <= uint64(a.RangeStart)+a.RangeSize {
+				uint64(a.RangeStart) <= uint64(v.Ptr()+uintptr(lo)) &&
+				uint64(v.Ptr()+uintptr(hi)) <= uint64(a.RangeStart)+a.RangeSize {
 				return memPinned, -1, nil
 			}
 		}
@@ -97,31 +96,8 @@ func (c *Copier) Copy(dst, src *View, s *cuda.Stream) error {
 // host-to-host copies, PathDevice for device-to-device ones, PathDirect for
 // copies from or to pinned memory.
 func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (TransferPath, error) {
-	if dst == nil || src == nil {
-		return 0, fmt.Errorf("zerocopy: CopyCUDA: nil view (dst %v, src %v)", dst != nil, src != nil)
-	}
-	if err := dst.check(); err != nil {
-		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst: %w", err)
-	}
-	if err := src.check(); err != nil {
-		return 0, fmt.Errorf("zerocopy: CopyCUDA: src: %w", err)
-	}
-	if dst.readOnly {
-		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst %v is read-only (%s)", dst, dst.owner.label)
-	}
-	if dst.dtype != src.dtype {
-		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst dtype %s != src dtype %s", dst.dtype, src.dtype)
-	}
-	if !slices.Equal(dst.shape, src.shape) {
-		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst shape %v != src shape %v", dst.shape, src.shape)
-	}
-	if dst.dtype.IsSubByte() && dst.padded != src.padded {
-		return 0, fmt.Errorf("zerocopy: CopyCUDA: dst stores %s padded=%t, src padded=%t", dst.dtype, dst.padded, src.padded)
-	}
-	for d, e := range dst.shape {
-		if e > 1 && dst.strides[d] == 0 {
-			return 0, fmt.Errorf("zerocopy: CopyCUDA: dst dim %d has stride 0 and extent %d: its positions share one element", d, e)
-		}
+	if err := copyArgs("CopyCUDA", dst, src); err != nil {
+		return 0, err
 	}
 	if path < PathAuto || path > PathRegistered {
 		return 0, fmt.Errorf("zerocopy: CopyCUDA: transfer path %d is not one a caller may force", int(path))
@@ -140,12 +116,9 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 	}
 
 	// The layout as elements: packed sub-byte tensors only as whole bytes.
-	shape, ds, ss, is := dst.shape, dst.strides, src.strides, int64(dst.dtype.ItemSize())
-	if dst.dtype.IsSubByte() && !dst.padded {
-		if !dst.IsCContiguous() || !src.IsCContiguous() {
-			return 0, fmt.Errorf("zerocopy: CopyCUDA: packed %s needs both views C-contiguous (dst strides %v, src strides %v)", dst.dtype, dst.strides, src.strides)
-		}
-		nb, _ := dst.dtype.StorageBytes(dst.Len(), false)
+	shape, ds, ss, is := dst.lay.shape(), dst.lay.strides(), src.lay.strides(), int64(dst.lay.dtype.ItemSize())
+	if dst.lay.dtype.IsSubByte() && !dst.lay.padded { // C-contiguous: copyArgs checked
+		nb, _ := dst.lay.dtype.StorageBytes(dst.Len(), false)
 		shape, ds, ss, is = []int64{nb}, []int64{1}, []int64{1}, 1
 	}
 
@@ -186,7 +159,7 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 	noteUse(dst, s)
 
 	x := xfer{c: c, d: d, s: s, shape: shape, is: is,
-		dst: side{base: dst.ptr, strides: ds, kind: dk}, src: side{base: src.ptr, strides: ss, kind: sk}}
+		dst: side{base: dst.Ptr(), strides: ds, kind: dk}, src: side{base: src.Ptr(), strides: ss, kind: sk}}
 	var used TransferPath
 	switch {
 	case !dk.host() && !sk.host():

@@ -28,8 +28,7 @@ func ExampleCopyCUDA() {
 		fmt.Println(err)
 		return
 	}
-	block, _ := dev.Slice(1, 16, 48, 1) // columns 16..47: float32[64 32], row stride 64
-	defer block.Close()
+	block, _ := dev.Slice(1, 16, 48, 1) // columns 16..47: float32[64 32], row stride 64; no Close
 	out, _ := zerocopy.FromSlice(make([]float32, 64*32), 64, 32)
 	defer out.Close()
 	if err := zerocopy.CopyCUDA(out, block, nil); err != nil {

@@ -14,85 +14,28 @@ import (
 // dimensions whose strides nest are a 3D copy, and anything else is a loop
 // of those.
 type bytePlan struct {
-	run        int64 // bytes per contiguous run on both sides
-	nd         int   // outer dimensions, outermost first
-	shape      [dlpack.MaxNDim]int64
-	ds, ss     [dlpack.MaxNDim]int64 // outer strides in bytes
-	doff, soff int64                 // byte offsets of the first run from each base pointer
-	empty      bool                  // nothing to copy
+	pair        // the outer dimensions, strides and offsets in bytes
+	run   int64 // bytes per contiguous run on both sides
+	empty bool  // nothing to copy
 }
 
 // planBytes builds the byte plan for copying elements of size is between
-// layouts (shape, ds) and (shape, ss), strides in elements. Dimensions of
-// extent 1 are dropped, dimensions where both sides step backwards are
-// flipped (the start moves to the other end), dimensions where both strides
-// are 0 are copied once (they repeat one element on both sides), the rest
-// are ordered by decreasing destination stride and merged where both sides
-// are contiguous across them.
+// layouts (shape, ds) and (shape, ss), strides in elements (ss nil: a
+// source that stays on one element). The layouts are simplified
+// (pair.simplify), then an innermost dimension contiguous on both sides
+// becomes the run.
 func planBytes(shape, ds, ss []int64, is int64) bytePlan {
 	var p bytePlan
 	p.run = is
-	var n int
-	for i, e := range shape {
-		if e == 0 {
-			p.empty = true
-			return p
-		}
-		if e == 1 {
-			continue
-		}
-		d, s := ds[i]*is, ss[i]*is
-		if d == 0 && s == 0 {
-			continue
-		}
-		if d < 0 && s < 0 {
-			p.doff += (e - 1) * d
-			p.soff += (e - 1) * s
-			d, s = -d, -s
-		}
-		// Insertion sort by |dst stride| then |src stride|, largest first.
-		j := n
-		for j > 0 && less(p.ds[j-1], p.ss[j-1], d, s) {
-			p.shape[j], p.ds[j], p.ss[j] = p.shape[j-1], p.ds[j-1], p.ss[j-1]
-			j--
-		}
-		p.shape[j], p.ds[j], p.ss[j] = e, d, s
-		n++
+	if !p.simplify(shape, ds, ss, is, is, true) {
+		p.empty = true
+		return p
 	}
-	// Fold the innermost dimensions into the run while both sides are
-	// contiguous across them.
-	for n > 0 && p.ds[n-1] == p.run && p.ss[n-1] == p.run {
-		p.run *= p.shape[n-1]
-		n--
+	if n := p.nd - 1; n >= 0 && p.ds[n] == is && p.ss[n] == is {
+		p.run *= p.shape[n]
+		p.nd--
 	}
-	// Merge neighbouring outer dimensions where stepping the outer one once
-	// equals stepping the inner one through its extent, on both sides.
-	if n > 1 {
-		k := n - 1
-		for i := n - 2; i >= 0; i-- {
-			if p.ds[i] == p.shape[k]*p.ds[k] && p.ss[i] == p.shape[k]*p.ss[k] {
-				p.shape[k] *= p.shape[i]
-				continue
-			}
-			k--
-			p.shape[k], p.ds[k], p.ss[k] = p.shape[i], p.ds[i], p.ss[i]
-		}
-		m := n - k
-		copy(p.shape[:m], p.shape[k:n])
-		copy(p.ds[:m], p.ds[k:n])
-		copy(p.ss[:m], p.ss[k:n])
-		n = m
-	}
-	p.nd = n
 	return p
-}
-
-// less orders dimensions by decreasing |dst stride|, then |src stride|.
-func less(d0, s0, d1, s1 int64) bool {
-	if a, b := abs64(d0), abs64(d1); a != b {
-		return a < b
-	}
-	return abs64(s0) < abs64(s1)
 }
 
 // bytes is the number of bytes the plan moves.
@@ -174,28 +117,13 @@ func (p *bytePlan) blocks() (b pitchedBlock, calls int64, ok bool) {
 
 // each calls f with the byte offsets of every block copy of the loop.
 func (b *pitchedBlock) each(f func(doff, soff int64) error) error {
-	if b.outer == 0 {
-		return f(b.doff, b.soff)
-	}
-	var idx [dlpack.MaxNDim]int64
-	doff, soff := b.doff, b.soff
+	var small [odometerSmall]int64
+	o := odometer{shape: b.loopShape, ds: b.loopDs, ss: b.loopSs, idx: indexBuffer(small[:], len(b.loopShape)), doff: b.doff, soff: b.soff}
 	for {
-		if err := f(doff, soff); err != nil {
+		if err := f(o.doff, o.soff); err != nil {
 			return err
 		}
-		k := b.outer - 1
-		for ; k >= 0; k-- {
-			idx[k]++
-			doff += b.loopDs[k]
-			soff += b.loopSs[k]
-			if idx[k] < b.loopShape[k] {
-				break
-			}
-			doff -= idx[k] * b.loopDs[k]
-			soff -= idx[k] * b.loopSs[k]
-			idx[k] = 0
-		}
-		if k < 0 {
+		if !o.next() {
 			return nil
 		}
 	}

@@ -141,11 +141,10 @@ func fromDLPack(p unsafe.Pointer, legacy bool, opts []ImportOption) (*View, erro
 		return nil, err // the deleter has run
 	}
 	o.Init(h, label) // the last release calls the producer's deleter
-	v.ptr, v.device, v.dtype = d.Data, d.Device, d.DType
-	v.shape, v.strides = d.Shape, d.Strides
+	v.base, v.device = d.Data, d.Device
+	v.lay = trustedLayout(d.DType, d.Shape, d.Strides, d.Flags&dlpack.FlagSubbyteTypePadded != 0)
 	v.readOnly = d.Flags&dlpack.FlagReadOnly != 0
 	v.copied = d.Flags&dlpack.FlagIsCopied != 0
-	v.padded = d.Flags&dlpack.FlagSubbyteTypePadded != 0
 	v.foreign = true
 	v.owner = o
 	for _, opt := range opts {
@@ -206,8 +205,8 @@ func (v *View) ToDLPackLegacy() (unsafe.Pointer, error) {
 	if v.readOnly {
 		return nil, fmt.Errorf("zerocopy: ToDLPackLegacy: the view is read-only and a legacy DLManagedTensor cannot say so (use ToDLPack)")
 	}
-	if v.padded && v.dtype.IsSubByte() {
-		return nil, fmt.Errorf("zerocopy: ToDLPackLegacy: padded %s elements cannot be described by a legacy DLManagedTensor (use ToDLPack)", v.dtype)
+	if v.lay.padded && v.lay.dtype.IsSubByte() {
+		return nil, fmt.Errorf("zerocopy: ToDLPackLegacy: padded %s elements cannot be described by a legacy DLManagedTensor (use ToDLPack)", v.lay.dtype)
 	}
 	return v.toDLPack(0, true)
 }
@@ -220,7 +219,7 @@ func (v *View) dlpackFlags() dlpack.Flags {
 	if v.copied {
 		f |= dlpack.FlagIsCopied
 	}
-	if v.padded {
+	if v.lay.padded {
 		f |= dlpack.FlagSubbyteTypePadded
 	}
 	return f
@@ -233,8 +232,8 @@ func (v *View) toDLPack(flags dlpack.Flags, legacy bool) (unsafe.Pointer, error)
 	if err := v.owner.Retain(); err != nil {
 		return nil, err
 	}
-	d := dlpack.Desc{Data: v.ptr, Device: v.device, DType: v.dtype, Shape: v.shape,
-		Strides: v.strides, Flags: flags}
+	d := dlpack.Desc{Data: v.Ptr(), Device: v.device, DType: v.lay.dtype, Shape: v.lay.shape(),
+		Strides: v.lay.strides(), Flags: flags}
 	var p unsafe.Pointer
 	var err error
 	if legacy {

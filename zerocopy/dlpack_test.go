@@ -125,8 +125,8 @@ func TestFromDLPackFlags(t *testing.T) {
 			if !strings.Contains(v.Owner().Label(), "dlpack") {
 				t.Errorf("owner label %q does not say dlpack", v.Owner().Label())
 			}
-			// A derived view keeps the memory: the deleter waits for it.
-			col, err := v.Select(1, 2)
+			// A retained derived view keeps the memory: the deleter waits for it.
+			col, err := retained(v.Select(1, 2))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,7 +212,7 @@ func TestDLPackRoundTripFakemem(t *testing.T) {
 		make func(t *testing.T, base *zerocopy.View) *zerocopy.View // the view to export
 	}
 	steps := []step{
-		{"read-only", func(t *testing.T, v *zerocopy.View) *zerocopy.View { return dlpMust(t)(v.AsReadOnly()) }},
+		{"read-only", func(t *testing.T, v *zerocopy.View) *zerocopy.View { return v.AsReadOnly() }},
 		{"reversed rows", func(t *testing.T, v *zerocopy.View) *zerocopy.View {
 			return dlpMust(t)(v.Slice(0, zerocopy.Omit, zerocopy.Omit, -1))
 		}},
@@ -244,7 +244,10 @@ func TestDLPackRoundTripFakemem(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					v := s.make(t, base)
+					v, err := s.make(t, base).Retain() // outlives base
+					if err != nil {
+						t.Fatal(err)
+					}
 					base.Close()
 					if legacy && v.ReadOnly() {
 						v.Close()
@@ -319,10 +322,7 @@ func TestToDLPackFlagsAndOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	ro, err := v.AsReadOnly()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ro := v.AsReadOnly()
 	defer ro.Close()
 	cases := []struct {
 		name string

@@ -2,17 +2,30 @@
 // someone owns: Go slices, C or pinned host memory, device memory that came
 // in through DLPack or the CUDA Array Interface.
 //
-// A View is a pointer, a device, a dtype, a shape and strides (in elements),
-// plus a reference on an Owner that keeps the memory alive. The Owner is
+// A Layout is a dtype, a shape, strides (in elements) and a byte offset: a
+// value with the layout algebra (Slice, Select, Permute, Transpose, T,
+// Reshape, Flatten, Squeeze, Unsqueeze, Broadcast), byte spans and
+// contiguity, which never allocates for up to 6 dimensions and fails only
+// for arguments that do not fit. Every loop over elements in this package
+// (copies, fills, sums, conversions, typed host access, the plans the DMA
+// engines and the strided-copy kernel run) goes through one simplifier,
+// which drops extent-1 dimensions and merges contiguous neighbours, and one
+// N-d iterator (iter.go).
+//
+// A View is a Layout over memory (an address and a device) plus a
+// reference on an Owner that keeps the memory alive. The Owner is
 // reference counted and runs its release (a DLPack deleter, cuMemFree, or
-// just letting go of a Go slice) exactly once, from whichever goroutine drops
-// the last reference. Every view holds one reference; Close drops it.
+// just letting go of a Go slice) exactly once, from whichever goroutine
+// drops the last reference. A view made by FromSlice, Wrap, an import or an
+// allocator holds one reference; Close drops it.
 //
 // View operations never copy: Slice (Python's start:stop:step, negative
 // steps included), Select, Permute, Transpose, T, Reshape (when the strides
-// allow it), Flatten, Squeeze, Unsqueeze, Broadcast and AsReadOnly share the
-// memory and take a reference of their own, so every derived view is closed
-// too, in any order.
+// allow it), Flatten, Squeeze, Unsqueeze, Broadcast and AsReadOnly share
+// the memory. Like image.SubImage, the view they return borrows the
+// reference of the view it came from: it needs no Close, and it is valid
+// while that view is open (then it reports ErrClosed). Retain gives a view
+// a reference of its own, for one that must outlive its parent.
 //
 // Go memory becomes a view without a copy with FromSlice or FromBytes. Host
 // memory is read and written through HostSlice (a []T for C-contiguous
@@ -25,9 +38,8 @@
 //	m, err := zerocopy.FromSlice(data, 2, 3) // float32[2 3] over data
 //	if err != nil { ... }
 //	defer m.Close()
-//	col, err := m.Select(1, -1) // the last column: float32[2], stride 3
-//	if err != nil { ... }
-//	defer col.Close()
+//	col, err := m.Select(1, -1) // the last column: float32[2], stride 3; no Close
+//	if err != nil { ... }       // only for a bad index
 //	x, err := zerocopy.At[float32](col, 1) // 5
 //
 // Memory from elsewhere comes in and goes out without copies too:
@@ -95,10 +107,12 @@
 // user has already closed. pybridge hands Python users' arguments straight
 // to these calls, so zerocopy treats them all as outside values: Slice with
 // step 0 or Select past the end returns an error where gonum's mat would
-// panic. An error names the operation, the value and the limit, and wraps a
-// sentinel or has a type where callers need to tell cases apart
-// (ErrReleased, ErrWrongDevice, ErrNotInAllocation, cuda.ErrNoDriver,
-// *MismatchError).
+// panic. (Layout operations are maths on the layout alone: deriving from a
+// closed view succeeds, and the closed view is reported, with ErrClosed,
+// where its memory is used.) An error names the operation, the value and
+// the limit, and wraps a sentinel or has a type where callers need to tell
+// cases apart (ErrReleased, ErrWrongDevice, ErrNotInAllocation,
+// cuda.ErrNoDriver, *MismatchError).
 //
 // Panics are for programming errors in the Go code that calls zerocopy,
 // mistakes no input can cause: a Want that contradicts itself (NDim

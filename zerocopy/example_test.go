@@ -29,12 +29,11 @@ func ExampleFromSlice() {
 func ExampleView_Slice() {
 	m, _ := zerocopy.FromSlice([]int32{0, 1, 2, 3, 4, 5}, 2, 3)
 	defer m.Close()
-	r, err := m.Slice(1, zerocopy.Omit, zerocopy.Omit, -1)
+	r, err := m.Slice(1, zerocopy.Omit, zerocopy.Omit, -1) // borrows m's reference: no Close
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer r.Close()
 	fmt.Println(r.Shape(), r.Strides())
 	var got []int32
 	zerocopy.Each(r, func(idx []int64, x int32) bool {
@@ -55,8 +54,7 @@ func ExampleView_Slice() {
 func ExampleHostSlice() {
 	m, _ := zerocopy.FromSlice(make([]float64, 6), 2, 3)
 	defer m.Close()
-	row, _ := m.Select(0, 1)
-	defer row.Close()
+	row, _ := m.Select(0, 1) // valid while m is open
 	s, err := zerocopy.HostSlice[float64](row)
 	if err != nil {
 		fmt.Println(err)
@@ -77,7 +75,6 @@ func ExampleCopy() {
 	src, _ := zerocopy.FromSlice([]int16{1, 2, 3, 4, 5, 6}, 2, 3)
 	defer src.Close()
 	t, _ := src.T()
-	defer t.Close()
 	out := make([]int16, 6)
 	dst, _ := zerocopy.FromSlice(out, 3, 2)
 	defer dst.Close()
@@ -90,4 +87,24 @@ func ExampleCopy() {
 	// Output:
 	// [1 4 2 5 3 6]
 	// zerocopy: Copy: dst shape [2 3] != src shape [3 2]
+}
+
+// A derived view borrows the reference of the view it came from; Retain
+// gives it one of its own when it must outlive that view.
+func ExampleView_Retain() {
+	m, _ := zerocopy.FromSlice([]int32{0, 1, 2, 3, 4, 5}, 2, 3)
+	col, _ := m.Select(1, 2) // no Close: valid while m is open
+	kept, err := col.Retain()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer kept.Close()
+	m.Close()
+	_, err = zerocopy.At[int32](col, 0)
+	fmt.Println(err)
+	fmt.Println(zerocopy.At[int32](kept, 1))
+	// Output:
+	// zerocopy: At: zerocopy: use of a closed view
+	// 5 <nil>
 }

@@ -19,7 +19,7 @@ import (
 // element; v is then pending on s. A view whose dimensions share elements
 // (stride 0, a broadcast) is refused.
 func Fill(v *View, x Value, s *cuda.Stream) error {
-	elem, err := Encode(v.dtype, x)
+	elem, err := Encode(v.lay.dtype, x)
 	if err != nil {
 		return fmt.Errorf("zerocopy: Fill: %w", err)
 	}
@@ -57,10 +57,8 @@ func writable(v *View, op string) error {
 	if v.readOnly {
 		return fmt.Errorf("zerocopy: %s: %v is read-only (%s)", op, v, v.owner.label)
 	}
-	for d, e := range v.shape {
-		if e > 1 && v.strides[d] == 0 {
-			return fmt.Errorf("zerocopy: %s: dim %d has stride 0 and extent %d: its positions share one element", op, d, e)
-		}
+	if d, ok := v.lay.sharesElements(); ok {
+		return fmt.Errorf("zerocopy: %s: dim %d has stride 0 and extent %d: its positions share one element", op, d, v.lay.shape()[d])
 	}
 	return nil
 }
@@ -71,21 +69,27 @@ func fillHost(v *View, elem []byte) {
 	var buf [2]uint64 // the element, 8-aligned for the widest load
 	src := unsafe.Pointer(&buf[0])
 	copy(unsafe.Slice((*byte)(src), is), elem)
-	p := planBytes(v.shape, v.strides, v.strides, is)
-	if p.nd == 0 {
+	d := hostPointer(v.Ptr())
+	var p pair
+	p.simplify(v.lay.shape(), v.lay.strides(), v.lay.strides(), 1, 1, true)
+	if p.nd == 0 || p.nd == 1 && p.ds[0] == 1 {
 		// One contiguous run: write the element once, then double.
 		// Sound: the run lies inside the view's validated span.
-		run := unsafe.Slice((*byte)(unsafe.Add(hostPointer(v.ptr), p.doff)), p.run)
+		n := int64(1)
+		if p.nd == 1 {
+			n = p.shape[0]
+		}
+		run := unsafe.Slice((*byte)(unsafe.Add(d, p.doff*is)), n*is)
 		copy(run, elem)
-		for done := is; done < p.run; done *= 2 {
+		for done := is; done < n*is; done *= 2 {
 			copy(run[done:], run[:done])
 		}
 		return
 	}
-	var cp copyPlan
-	zeros := make([]int64, len(v.shape))
-	cp.build(v.shape, v.strides, zeros)
-	cp.run(hostPointer(v.ptr), src, is)
+	// The same walk with a source that stays on the one element.
+	clear(p.ss[:p.nd])
+	p.soff = 0
+	p.run(d, src, is)
 }
 
 // fillDevice fills a device view on s.
@@ -107,9 +111,9 @@ func fillDevice(v *View, elem []byte, s *cuda.Stream) error {
 	}
 	noteUse(v, s)
 	is := int64(len(elem))
-	p := planBytes(v.shape, v.strides, v.strides, is)
+	p := planBytes(v.lay.shape(), v.lay.strides(), v.lay.strides(), is)
 	if p.nd == 0 {
-		dst := cuda.DevicePtr(v.ptr + uintptr(p.doff))
+		dst := cuda.DevicePtr(v.Ptr() + uintptr(p.doff))
 		if same(elem) {
 			err = s.MemsetD8Async(dst, elem[0], p.run)
 		} else if is == 4 && dst%4 == 0 {
@@ -150,9 +154,8 @@ func fillKernel(d *devState, s *cuda.Stream, v *View, elem []byte) error {
 			}
 		}
 	}
-	zeros := make([]int64, len(v.shape))
-	p := planBytes(v.shape, v.strides, zeros, is)
-	return d.kernelCopy(s, &p, v.ptr, uintptr(tmp))
+	p := planBytes(v.lay.shape(), v.lay.strides(), nil, is) // the source stays on the one element
+	return d.kernelCopy(s, &p, v.Ptr(), uintptr(tmp))
 }
 
 func same(b []byte) bool {

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
 // escape makes every slice given to uintptrOf live on the heap: a stack
@@ -23,3 +25,12 @@ func uintptrOf[T any](s []T) uintptr {
 }
 
 func keep(x any) { runtime.KeepAlive(x) }
+
+// retained gives a derived view a reference of its own (View.Retain), for
+// tests in which it outlives its parent.
+func retained(v *zerocopy.View, err error) (*zerocopy.View, error) {
+	if err != nil {
+		return nil, err
+	}
+	return v.Retain()
+}

@@ -91,6 +91,14 @@ func newGoOwner(base unsafe.Pointer, label string) *Owner {
 	return &g.owner
 }
 
+// goView is a writable CPU view of Go memory at base with layout l, holding
+// the one reference of a new owner that keeps base reachable.
+func goView(base unsafe.Pointer, l Layout, label string) *View {
+	v := &View{base: uintptr(base), lay: l, device: dlpack.CPUDevice, owner: newGoOwner(base, label)}
+	trackLeak(v)
+	return v
+}
+
 // FromSlice makes a writable CPU view of s without copying. The view's owner
 // keeps s reachable until the last view over it is closed; s must not be
 // appended to or resliced into new memory meanwhile (the view would not see
@@ -110,15 +118,7 @@ func FromSlice[T Elem](s []T, shape ...int64) (*View, error) {
 		return nil, fmt.Errorf("zerocopy: FromSlice: shape %v has %d elements, the slice has %d", slices.Clone(shape), n, len(s))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(s))
-	v := allocView(len(shape))
-	copy(v.shape, shape)
-	dlpack.FillCStrides(v.strides, v.shape)
-	v.ptr = uintptr(base)
-	v.device = dlpack.CPUDevice
-	v.dtype = DTypeOf[T]()
-	v.owner = newGoOwner(base, "go slice")
-	trackLeak(v)
-	return v, nil
+	return goView(base, trustedLayout(DTypeOf[T](), shape, nil, false), "go slice"), nil
 }
 
 // FromBytes makes a writable CPU view of b holding elements of type dt
@@ -153,15 +153,7 @@ func FromBytes(b []byte, dt dlpack.DataType, shape ...int64) (*View, error) {
 		return nil, fmt.Errorf("zerocopy: FromBytes: shape %v of %s needs %d bytes, have %d", slices.Clone(shape), dt, need, len(b))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
-	v := allocView(len(shape))
-	copy(v.shape, shape)
-	dlpack.FillCStrides(v.strides, v.shape)
-	v.ptr = uintptr(base)
-	v.device = dlpack.CPUDevice
-	v.dtype = dt
-	v.owner = newGoOwner(base, "go bytes")
-	trackLeak(v)
-	return v, nil
+	return goView(base, trustedLayout(dt, shape, nil, false), "go bytes"), nil
 }
 
 // HostSlice returns the elements of a C-contiguous, writable view as a []T
@@ -189,7 +181,7 @@ func hostSlice[T Elem](v *View, op string) ([]T, error) {
 		return nil, err
 	}
 	if !v.IsCContiguous() {
-		return nil, fmt.Errorf("zerocopy: %s: view with shape %v and strides %v is not C-contiguous; use At/Each or Clone", op, v.shape, v.strides)
+		return nil, fmt.Errorf("zerocopy: %s: view with shape %v and strides %v is not C-contiguous; use At/Each or Clone", op, v.lay.shape(), v.lay.strides())
 	}
 	n := v.Len()
 	if n == 0 {
@@ -200,7 +192,7 @@ func hostSlice[T Elem](v *View, op string) ([]T, error) {
 	}
 	// Sound: the view is open, host-accessible, aligned for T, and its n
 	// elements are contiguous from Ptr (checked above and at construction).
-	return unsafe.Slice((*T)(hostPointer(v.ptr)), int(n)), nil
+	return unsafe.Slice((*T)(hostPointer(v.Ptr())), int(n)), nil
 }
 
 // hostCheck is the common gate of typed host access: open view, exact dtype,
@@ -210,14 +202,14 @@ func hostCheck[T Elem](v *View, op string) error {
 		return fmt.Errorf("zerocopy: %s: %w", op, err)
 	}
 	want := DTypeOf[T]()
-	if v.dtype != want {
-		return fmt.Errorf("zerocopy: %s[%s]: view dtype is %s", op, want, v.dtype)
+	if v.lay.dtype != want {
+		return fmt.Errorf("zerocopy: %s[%s]: view dtype is %s", op, want, v.lay.dtype)
 	}
 	if err := hostAccessible(v, op); err != nil {
 		return err
 	}
-	if a := unsafe.Alignof(*new(T)); v.ptr%a != 0 {
-		return fmt.Errorf("zerocopy: %s: pointer %#x is not aligned for %s (%d bytes)", op, v.ptr, want, a)
+	if a := unsafe.Alignof(*new(T)); v.Ptr()%a != 0 {
+		return fmt.Errorf("zerocopy: %s: pointer %#x is not aligned for %s (%d bytes)", op, v.Ptr(), want, a)
 	}
 	return nil
 }
@@ -229,7 +221,7 @@ func onHost(v *View) bool {
 		return true
 	}
 	lo, hi := v.ByteSpan()
-	return hostBacked(v.ptr, lo, hi)
+	return hostBacked(v.Ptr(), lo, hi)
 }
 
 // hostAccessible says why the CPU may not touch v's memory, or nil.
@@ -240,28 +232,6 @@ func hostAccessible(v *View, op string) error {
 	return fmt.Errorf("zerocopy: %s: memory on %s is not host-accessible (copy it with CopyCUDA)", op, v.device)
 }
 
-// elemPointer checks idx against v's shape (negative indices count from the
-// end, as in Python) and returns the address of that element.
-func elemPointer(v *View, op string, idx []int64) (unsafe.Pointer, error) {
-	if len(idx) != len(v.shape) {
-		return nil, fmt.Errorf("zerocopy: %s: %d indices for a %d-d view", op, len(idx), len(v.shape))
-	}
-	var off int64
-	for d, i := range idx {
-		e := v.shape[d]
-		j := i
-		if j < 0 {
-			j += e
-		}
-		if j < 0 || j >= e {
-			return nil, fmt.Errorf("zerocopy: %s: index %d out of range for dim %d with extent %d", op, i, d, e)
-		}
-		off += j * v.strides[d] // in range: bounded by the validated span
-	}
-	// Sound: the element lies inside the view's validated byte span.
-	return unsafe.Add(hostPointer(v.ptr), off*int64(v.dtype.ItemSize())), nil
-}
-
 // At reads the element at idx of a host-accessible view of any strides.
 // Negative indices count from the end.
 func At[T Elem](v *View, idx ...int64) (T, error) {
@@ -269,11 +239,13 @@ func At[T Elem](v *View, idx ...int64) (T, error) {
 	if err := hostCheck[T](v, "At"); err != nil {
 		return zero, err
 	}
-	p, err := elemPointer(v, "At", idx)
+	off, err := v.lay.index("At", idx)
 	if err != nil {
 		return zero, err
 	}
-	return *(*T)(p), nil
+	// Sound: the element lies inside the view's validated span, and T is
+	// the view's element type (hostCheck).
+	return *(*T)(unsafe.Add(hostPointer(v.Ptr()), off*int64(unsafe.Sizeof(zero)))), nil
 }
 
 // Set writes x at idx of a writable, host-accessible view of any strides.
@@ -286,11 +258,12 @@ func Set[T Elem](v *View, x T, idx ...int64) error {
 	if err := hostCheck[T](v, "Set"); err != nil {
 		return err
 	}
-	p, err := elemPointer(v, "Set", idx)
+	off, err := v.lay.index("Set", idx)
 	if err != nil {
 		return err
 	}
-	*(*T)(p) = x
+	// Sound: as in At.
+	*(*T)(unsafe.Add(hostPointer(v.Ptr()), off*int64(unsafe.Sizeof(x)))) = x
 	return nil
 }
 
@@ -305,27 +278,29 @@ func Each[T Elem](v *View, fn func(idx []int64, x T) bool) error {
 	if v.Len() == 0 {
 		return nil
 	}
-	nd := len(v.shape)
-	idx := make([]int64, nd)
-	base := hostPointer(v.ptr)
-	is := int64(v.dtype.ItemSize())
-	var off int64
+	shape, st := v.lay.shape(), v.lay.strides()
+	nd := len(shape)
+	inner, step := int64(1), int64(0) // the last dim, walked here; the odometer steps the rest
+	if nd > 0 {
+		inner, step = shape[nd-1], st[nd-1]
+		shape, st = shape[:nd-1], st[:nd-1]
+	}
+	idx := make([]int64, nd) // handed to fn; the odometer keeps the outer indices, the last one is ours
+	o := odometer{shape: shape, ds: st, ss: st, idx: idx[:len(shape)]}
+	base := hostPointer(v.Ptr())
+	is := int64(v.lay.dtype.ItemSize())
 	for {
-		// Sound: idx stays inside shape, so off is inside the validated span.
-		if !fn(idx, *(*T)(unsafe.Add(base, off*is))) {
-			return nil
-		}
-		d := nd - 1
-		for ; d >= 0; d-- {
-			idx[d]++
-			off += v.strides[d]
-			if idx[d] < v.shape[d] {
-				break
+		for i := range inner {
+			if nd > 0 {
+				idx[nd-1] = i
 			}
-			off -= idx[d] * v.strides[d]
-			idx[d] = 0
+			// Sound: idx stays inside shape, so the offset is inside the
+			// validated span.
+			if !fn(idx, *(*T)(unsafe.Add(base, (o.doff+i*step)*is))) {
+				return nil
+			}
 		}
-		if d < 0 {
+		if !o.next() {
 			return nil
 		}
 	}

@@ -66,8 +66,8 @@ func trackLeak(v *View) {
 		return
 	}
 	r := &leakRecord{owner: v.owner, info: LeakInfo{
-		Label: v.owner.label, DType: v.dtype, Device: v.device, Ptr: v.ptr,
-		Shape: append([]int64(nil), v.shape...), // a copy: the shape may live inside the view's allocation
+		Label: v.owner.label, DType: v.lay.dtype, Device: v.device, Ptr: v.Ptr(),
+		Shape: append([]int64(nil), v.lay.shape()...), // a copy: the shape may live inside the view's allocation
 	}}
 	r.npc = runtime.Callers(2, r.pcs[:])
 	r.cleanup = runtime.AddCleanup(v, reportLeak, r)

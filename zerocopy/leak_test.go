@@ -58,7 +58,11 @@ func TestLeakReporter(t *testing.T) {
 	var released atomic.Int32
 	func() {
 		v := countedView(t, data, "leak test", &released)
-		s, err := v.Slice(1, 0, 2, 1) // never closed: the leak
+		sub, err := v.Slice(1, 0, 2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := sub.Retain() // never closed: the leak
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package zerocopy_test
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,7 +262,7 @@ func TestSelectPermuteTranspose(t *testing.T) {
 type derivation func(v *zerocopy.View) (*zerocopy.View, error)
 
 func TestReshape(t *testing.T) {
-	contig := func(v *zerocopy.View) (*zerocopy.View, error) { return v.AsReadOnly() }
+	contig := func(v *zerocopy.View) (*zerocopy.View, error) { return v.AsReadOnly(), nil }
 	tests := []struct {
 		name    string
 		base    []int64
@@ -450,27 +451,66 @@ func TestSubByteSlice(t *testing.T) {
 	}
 }
 
-func TestOpsOnClosedView(t *testing.T) {
-	v, _ := iotaView(t, 2, 3)
-	s, _ := v.Slice(0, 0, 1, 1)
-	s.Close()
-	if _, err := s.Slice(0, 0, 1, 1); err == nil || !strings.Contains(err.Error(), "closed view") {
-		t.Errorf("Slice of a closed view: %v", err)
+// Derived views borrow the reference of the view they come from: they work
+// while it is open, need no Close (Close does nothing), and report
+// ErrClosed once it is closed. Retain gives one a reference of its own.
+func TestDerivedViewLifetime(t *testing.T) {
+	var released atomic.Int32
+	data := []float32{0, 1, 2, 3, 4, 5}
+	v := countedView(t, data, "lifetime", &released)
+	col, err := v.Select(1, -1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.Reshape(-1); err == nil {
-		t.Errorf("Reshape of a closed view succeeded")
+	row, err := col.Unsqueeze(0) // derived from a derived view: still v's reference
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
+	if err := col.Close(); err != nil { // a no-op
+		t.Fatal(err)
+	}
+	if x, err := zerocopy.At[float32](row, 0, 1); err != nil || x != 5 {
+		t.Fatalf("At(row, 0, 1) = %v, %v after a Close of its parent col; want 5", x, err)
+	}
+	kept, err := row.Retain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	if released.Load() != 0 {
+		t.Fatal("memory released while a retained view is open")
+	}
+	if _, err := zerocopy.At[float32](row, 0, 0); !errors.Is(err, zerocopy.ErrClosed) {
+		t.Errorf("At on a view derived from a closed one: %v, want ErrClosed", err)
+	}
+	if row.Alive() || !kept.Alive() {
+		t.Errorf("Alive: derived %t (want false), retained %t (want true)", row.Alive(), kept.Alive())
+	}
+	// Deriving from a closed view is layout maths: it succeeds, and the
+	// result reports ErrClosed when used.
+	s, err := row.Slice(1, 0, 1, 1)
+	if err != nil {
+		t.Fatalf("Slice of a view derived from a closed one: %v", err)
+	}
+	if _, err := zerocopy.Clone(s); !errors.Is(err, zerocopy.ErrClosed) {
+		t.Errorf("Clone of it: %v, want ErrClosed", err)
+	}
+	if _, err := s.Retain(); !errors.Is(err, zerocopy.ErrClosed) {
+		t.Errorf("Retain of it: %v, want ErrClosed", err)
+	}
+	if x, err := zerocopy.At[float32](kept, 0, 0); err != nil || x != 2 {
+		t.Errorf("At(kept, 0, 0) = %v, %v; want 2", x, err)
+	}
+	kept.Close()
+	kept.Close()
+	if released.Load() != 1 {
+		t.Fatalf("released %d times after the last reference, want 1", released.Load())
 	}
 }
 
 func TestAsReadOnly(t *testing.T) {
 	v, data := iotaView(t, 2, 3)
-	ro, err := v.AsReadOnly()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ro := v.AsReadOnly()
 	defer ro.Close()
 	s, _ := ro.Slice(1, 0, 2, 1)
 	defer s.Close()

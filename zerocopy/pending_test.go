@@ -254,9 +254,9 @@ func TestOrderBeforeErrors(t *testing.T) {
 	}
 	v.SetStream(0)
 	c, _ := v.Slice(0, 0, 2, 1)
-	c.Close()
+	v.Close()
 	if err := c.OrderBefore(1); err == nil {
-		t.Fatal("OrderBefore on a closed view succeeded")
+		t.Fatal("OrderBefore on a view derived from a closed one succeeded")
 	}
 }
 

@@ -19,12 +19,12 @@ func Sum(v *View, s *cuda.Stream) (Value, error) {
 	if err := v.check(); err != nil {
 		return Value{}, fmt.Errorf("zerocopy: Sum: %w", err)
 	}
-	c, err := codecOf("Sum", v.dtype)
+	c, err := codecOf("Sum", v.lay.dtype)
 	if err != nil {
 		return Value{}, err
 	}
 	if !onHost(v) {
-		h, err := hostStaging(v.dtype, v.shape)
+		h, err := hostStaging(v.lay.dtype, v.lay.shape())
 		if err != nil {
 			return Value{}, fmt.Errorf("zerocopy: Sum: %w", err)
 		}
@@ -60,25 +60,15 @@ func hostStaging(dt dlpack.DataType, shape []int64) (*View, error) {
 	return FromBytes(make([]byte, nb), dt, shape...)
 }
 
-// byteStrides is v's strides in bytes (v has no packed sub-byte elements).
-func byteStrides(v *View, buf []int64) []int64 {
-	is := int64(v.dtype.ItemSize())
-	for _, s := range v.strides {
-		buf = append(buf, s*is)
-	}
-	return buf
-}
-
 // sumHost adds the elements of a host view, walking it in byte strides.
 func sumHost(v *View, c elemCodec) Value {
 	if v.Len() == 0 {
 		return Value{Kind: c.kind}
 	}
-	var sb [dlpack.MaxNDim]int64
-	bs := byteStrides(v, sb[:0])
-	var p copyPlan
-	p.build(v.shape, bs, bs)
-	base := hostPointer(v.ptr)
+	is := int64(v.lay.dtype.ItemSize())
+	var p pair
+	p.simplify(v.lay.shape(), v.lay.strides(), v.lay.strides(), is, is, false)
+	base := hostPointer(v.Ptr())
 	var (
 		i int64
 		u uint64
@@ -87,29 +77,29 @@ func sumHost(v *View, c elemCodec) Value {
 	)
 	var pick func(dl, sl int64) blockFunc
 	switch {
-	case v.dtype == dlpack.Float32Type:
+	case v.lay.dtype == dlpack.Float32Type:
 		pick = sumAs[float32](&f)
-	case v.dtype == dlpack.Float64Type:
+	case v.lay.dtype == dlpack.Float64Type:
 		pick = sumAs[float64](&f)
-	case v.dtype == dlpack.Int8Type:
+	case v.lay.dtype == dlpack.Int8Type:
 		pick = sumAs[int8](&i)
-	case v.dtype == dlpack.Int16Type:
+	case v.lay.dtype == dlpack.Int16Type:
 		pick = sumAs[int16](&i)
-	case v.dtype == dlpack.Int32Type:
+	case v.lay.dtype == dlpack.Int32Type:
 		pick = sumAs[int32](&i)
-	case v.dtype == dlpack.Int64Type:
+	case v.lay.dtype == dlpack.Int64Type:
 		pick = sumAs[int64](&i)
-	case v.dtype == dlpack.Uint8Type:
+	case v.lay.dtype == dlpack.Uint8Type:
 		pick = sumAs[uint8](&u)
-	case v.dtype == dlpack.Uint16Type:
+	case v.lay.dtype == dlpack.Uint16Type:
 		pick = sumAs[uint16](&u)
-	case v.dtype == dlpack.Uint32Type:
+	case v.lay.dtype == dlpack.Uint32Type:
 		pick = sumAs[uint32](&u)
-	case v.dtype == dlpack.Uint64Type:
+	case v.lay.dtype == dlpack.Uint64Type:
 		pick = sumAs[uint64](&u)
-	case v.dtype == dlpack.Complex64Type:
+	case v.lay.dtype == dlpack.Complex64Type:
 		pick = sumComplex[complex64](&z)
-	case v.dtype == dlpack.Complex128Type:
+	case v.lay.dtype == dlpack.Complex128Type:
 		pick = sumComplex[complex128](&z)
 	default: // bool, float16, bfloat16: through the codec
 		pick = func(_, _ int64) blockFunc {

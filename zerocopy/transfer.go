@@ -386,7 +386,7 @@ func (x *xfer) hostDevice(host *View, path TransferPath) (TransferPath, error) {
 			// Not registrable (shares pages with a registration, or the
 			// system refuses): remember, and stage.
 			lo, hi := host.ByteSpan()
-			x.c.markFailed(histKey{host.ptr + uintptr(lo), host.ptr + uintptr(hi)})
+			x.c.markFailed(histKey{host.Ptr() + uintptr(lo), host.Ptr() + uintptr(hi)})
 			return PathStaged, x.staged()
 		}
 		if x.dst.kind.host() {
@@ -425,7 +425,7 @@ func (c *Copier) choose(host *View, nb int64) TransferPath {
 		return PathDirect
 	}
 	lo, hi := host.ByteSpan()
-	k := histKey{host.ptr + uintptr(lo), host.ptr + uintptr(hi)}
+	k := histKey{host.Ptr() + uintptr(lo), host.Ptr() + uintptr(hi)}
 	n, failed := c.seen(k, host.owner)
 	if !failed && nb >= c.opts.RegisterMin && n >= c.opts.RegisterAfter {
 		return PathRegistered
@@ -733,13 +733,12 @@ func dmaOrKernel(x *xfer, p *bytePlan, dst, src uintptr, dk, sk memKind) error {
 	defer x.s.MemFreeAsync(tmp)
 	// The temporary is compact in the plan's order: rebuild plans against it.
 	var tp bytePlan
-	tp.run, tp.nd = p.run, p.nd
-	acc := p.run
-	for i := p.nd - 1; i >= 0; i-- {
-		tp.shape[i] = p.shape[i]
-		tp.ds[i], tp.ss[i] = acc, acc
-		acc *= p.shape[i]
+	tp.run, tp.nd, tp.shape = p.run, p.nd, p.shape
+	dlpack.FillCStrides(tp.ds[:p.nd], p.shape[:p.nd]) // in runs
+	for i := range p.nd {
+		tp.ds[i] *= p.run
 	}
+	tp.ss = tp.ds
 	if dk.host() { // device -> tmp (kernel), tmp -> pinned (linear)
 		kp := *p
 		kp.ds, kp.doff = tp.ds, 0
@@ -762,8 +761,8 @@ const minPart = 256 << 10
 
 // hostCopy copies a block between two non-overlapping host layouts.
 func hostCopy(shape []int64, dst uintptr, ds []int64, src uintptr, ss []int64, is int64) {
-	var p copyPlan
-	p.build(shape, ds, ss)
+	var p pair
+	p.simplify(shape, ds, ss, 1, 1, true)
 	p.run(hostPointer(dst), hostPointer(src), is)
 }
 
@@ -824,7 +823,7 @@ func unregister(r *registration) error {
 // be unregistered just before its owner releases it.
 func registerView(v *View, d *devState) error {
 	lo, hi := v.ByteSpan()
-	a, b := v.ptr+uintptr(lo), v.ptr+uintptr(hi)
+	a, b := v.Ptr()+uintptr(lo), v.Ptr()+uintptr(hi)
 	regs.register.Lock() // one registration at a time: no racing twins
 	defer regs.register.Unlock()
 	if hi <= lo || registeredSpan(a, b) {
@@ -889,7 +888,7 @@ func UnregisterHost(v *View) error {
 		return fmt.Errorf("zerocopy: UnregisterHost: %w", err)
 	}
 	lo, hi := v.ByteSpan()
-	a, b := v.ptr+uintptr(lo), v.ptr+uintptr(hi)
+	a, b := v.Ptr()+uintptr(lo), v.Ptr()+uintptr(hi)
 	regs.mu.Lock()
 	var r *registration
 	for _, x := range regs.list {

@@ -26,25 +26,32 @@ type Spec struct {
 	Stream uintptr
 }
 
-// View is a strided, typed window onto memory an Owner keeps alive. A View
+// View is a Layout over memory that an Owner keeps alive: typed, strided
+// and zero-copy. A View made by Wrap, FromSlice, an import or an allocator
 // holds one reference on its owner; Close drops it (once: a second Close is
-// a no-op). Operations that derive a view (Slice, Transpose, ...) never copy:
-// they share the memory and take a reference of their own, so every derived
-// view must be closed too. A View is safe to read from several goroutines;
-// Close must not race with other use of the same View.
+// a no-op).
+//
+// Views derived from it by layout operations (Slice, Select, Transpose, ...)
+// are like image.SubImage: they share the memory and borrow the reference
+// of the view they came from, so they need no Close (Close on them does
+// nothing). The rule: a derived view is valid while the view holding the
+// reference is open; after that every use of it fails with ErrClosed. A
+// derived view that must outlive its parent (a tensor handed to another
+// owner, a Python handle) takes a reference of its own with Retain.
+//
+// A View is safe to read from several goroutines; Close must not race with
+// other use of the view or of views derived from it.
 type View struct {
-	ptr      uintptr
+	base     uintptr // the address the layout's byte offset counts from
+	lay      Layout
 	device   dlpack.Device
-	dtype    dlpack.DataType
-	shape    []int64
-	strides  []int64
 	readOnly bool
 	copied   bool
-	padded   bool
 	foreign  bool
+	closed   atomic.Bool
 	pend     atomic.Pointer[pendingWrite] // the write queued on a stream, nil if none (pending.go)
 	owner    *Owner
-	closed   atomic.Bool
+	holder   *View       // the view whose reference this one borrows; nil when it holds its own
 	leak     *leakRecord // the leak safety net, when SetLeakReporter was on at creation
 }
 
@@ -68,52 +75,31 @@ func newView(s Spec, owner *Owner) (*View, error) {
 	if owner == nil {
 		return nil, fmt.Errorf("zerocopy: Wrap needs an Owner (use NewOwner(nil, label) for memory nobody frees)")
 	}
-	if err := validateSpec(&s); err != nil {
+	l, err := validateSpec(&s)
+	if err != nil {
 		return nil, err
 	}
-	shape := append([]int64(nil), s.Shape...)
-	var strides []int64
-	if s.Strides == nil {
-		strides = dlpack.CStrides(shape)
-	} else {
-		strides = append([]int64(nil), s.Strides...)
-	}
-	v := &View{ptr: s.Ptr, device: s.Device, dtype: s.DType, shape: shape, strides: strides,
-		readOnly: s.ReadOnly, copied: s.Copied, padded: s.Padded, foreign: s.Foreign, owner: owner}
+	v := &View{base: s.Ptr, lay: l, device: s.Device,
+		readOnly: s.ReadOnly, copied: s.Copied, foreign: s.Foreign, owner: owner}
 	v.pend.Store(newPending(s.Stream, -1))
 	trackLeak(v)
 	return v, nil
 }
 
-// validateSpec checks a layout before any view is built on it.
-func validateSpec(s *Spec) error {
-	if len(s.Shape) > dlpack.MaxNDim {
-		return fmt.Errorf("zerocopy: ndim %d out of range (0..%d)", len(s.Shape), dlpack.MaxNDim)
-	}
-	if s.Strides != nil && len(s.Strides) != len(s.Shape) {
-		return fmt.Errorf("zerocopy: %d strides for %d dimensions", len(s.Strides), len(s.Shape))
-	}
-	if err := s.DType.Validate(); err != nil {
-		return fmt.Errorf("zerocopy: %w", err)
+// validateSpec checks a spec before any view is built on it and returns its
+// layout.
+func validateSpec(s *Spec) (Layout, error) {
+	l, err := newLayout(s.DType, s.Shape, s.Strides, s.Padded)
+	if err != nil {
+		return Layout{}, err
 	}
 	if !s.Device.Type.Valid() {
-		return fmt.Errorf("zerocopy: device type %d is not a DLDeviceType", s.Device.Type)
+		return Layout{}, fmt.Errorf("zerocopy: device type %d is not a DLDeviceType", s.Device.Type)
 	}
-	n, err := dlpack.NumElements(s.Shape)
-	if err != nil {
-		return fmt.Errorf("zerocopy: %w", err)
+	if n := l.Len(); s.Ptr == 0 && n != 0 {
+		return Layout{}, fmt.Errorf("zerocopy: data pointer is NULL for %d elements", n)
 	}
-	strides := s.Strides
-	if strides == nil {
-		strides = dlpack.CStrides(s.Shape)
-	}
-	if _, _, err := dlpack.ByteSpan(s.DType, s.Shape, strides, s.Padded); err != nil {
-		return fmt.Errorf("zerocopy: %w", err)
-	}
-	if s.Ptr == 0 && n != 0 {
-		return fmt.Errorf("zerocopy: data pointer is NULL for %d elements", n)
-	}
-	return nil
+	return l, nil
 }
 
 // shapeElements checks a shape a caller hands in (ndim within 0..64, no
@@ -131,42 +117,46 @@ func shapeElements(op string, shape []int64) (int64, error) {
 }
 
 // Ptr is the address of the element at index [0, 0, ...].
-func (v *View) Ptr() uintptr { return v.ptr }
+func (v *View) Ptr() uintptr { return v.base + uintptr(v.lay.offset) } // wraps for negative offsets, as intended
+
+// Layout returns the view's layout, relative to Ptr (offset 0).
+func (v *View) Layout() Layout {
+	l := v.lay
+	l.offset = 0
+	return l
+}
 
 // Device is where the memory lives.
 func (v *View) Device() dlpack.Device { return v.device }
 
 // DType is the element type.
-func (v *View) DType() dlpack.DataType { return v.dtype }
+func (v *View) DType() dlpack.DataType { return v.lay.dtype }
 
 // NDim is the number of dimensions.
-func (v *View) NDim() int { return len(v.shape) }
+func (v *View) NDim() int { return v.lay.NDim() }
 
 // Shape returns a copy of the extents.
-func (v *View) Shape() []int64 { return append([]int64(nil), v.shape...) }
+func (v *View) Shape() []int64 { return v.lay.Shape() }
 
 // Strides returns a copy of the strides, in elements.
-func (v *View) Strides() []int64 { return append([]int64(nil), v.strides...) }
+func (v *View) Strides() []int64 { return v.lay.Strides() }
 
 // ByteStrides returns the strides in bytes (CAI's and NumPy's unit). For
 // packed sub-byte types byte strides are not defined and an error is returned.
 func (v *View) ByteStrides() ([]int64, error) {
-	if v.dtype.IsSubByte() && !v.padded {
-		return nil, fmt.Errorf("zerocopy: %s elements are packed below a byte: no byte strides", v.dtype)
+	if v.lay.dtype.IsSubByte() && !v.lay.padded {
+		return nil, fmt.Errorf("zerocopy: %s elements are packed below a byte: no byte strides", v.lay.dtype)
 	}
-	is := int64(v.dtype.ItemSize())
-	out := make([]int64, len(v.strides))
-	for i, s := range v.strides {
-		out[i] = s * is // cannot overflow: the byte span was checked
+	is := int64(v.lay.dtype.ItemSize())
+	out := v.lay.Strides()
+	for i := range out {
+		out[i] *= is // cannot overflow: the byte span was checked
 	}
 	return out, nil
 }
 
 // Len is the number of elements.
-func (v *View) Len() int64 {
-	n, _ := dlpack.NumElements(v.shape) // checked at construction
-	return n
-}
+func (v *View) Len() int64 { return v.lay.Len() }
 
 // ReadOnly reports whether writes through this view are refused.
 func (v *View) ReadOnly() bool { return v.readOnly }
@@ -175,7 +165,7 @@ func (v *View) ReadOnly() bool { return v.readOnly }
 func (v *View) Copied() bool { return v.copied }
 
 // Padded reports whether sub-byte elements are stored one per byte.
-func (v *View) Padded() bool { return v.padded }
+func (v *View) Padded() bool { return v.lay.padded }
 
 // Foreign reports whether the memory came through DLPack or CAI.
 func (v *View) Foreign() bool { return v.foreign }
@@ -183,37 +173,45 @@ func (v *View) Foreign() bool { return v.foreign }
 // Owner returns the owner keeping the memory alive.
 func (v *View) Owner() *Owner { return v.owner }
 
-// Alive reports whether the view is open and its memory still held.
-func (v *View) Alive() bool { return !v.closed.Load() && v.owner.Alive() }
+// Alive reports whether the view (or the view whose reference it borrows)
+// is open and its memory still held.
+func (v *View) Alive() bool { return !v.ref().closed.Load() && v.owner.Alive() }
 
 // IsCContiguous reports compact row-major layout (extent-1 dims ignored).
-func (v *View) IsCContiguous() bool { return dlpack.IsCContiguous(v.shape, v.strides) }
+func (v *View) IsCContiguous() bool { return v.lay.IsCContiguous() }
 
 // IsFContiguous reports compact column-major layout (extent-1 dims ignored).
-func (v *View) IsFContiguous() bool { return dlpack.IsFContiguous(v.shape, v.strides) }
+func (v *View) IsFContiguous() bool { return v.lay.IsFContiguous() }
 
 // ByteSpan returns [lo, hi): the bytes relative to Ptr the view may touch.
-func (v *View) ByteSpan() (lo, hi int64) {
-	lo, hi, _ = dlpack.ByteSpan(v.dtype, v.shape, v.strides, v.padded)
-	return lo, hi
-}
+func (v *View) ByteSpan() (lo, hi int64) { return v.lay.ByteSpan() }
 
 // ErrClosed is the error (matched with errors.Is) for the use of a view
-// after its Close.
+// after its Close, or of a derived view after the Close of the view whose
+// reference it borrows.
 var ErrClosed = errors.New("zerocopy: use of a closed view")
 
-// Close drops this view's reference on the owner. Closing twice is a no-op.
+// Close drops this view's reference on the owner. Closing twice is a no-op,
+// and so is closing a derived view, which holds no reference of its own.
 func (v *View) Close() error {
-	if !v.closed.CompareAndSwap(false, true) {
+	if v.holder != nil || !v.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	v.stopLeak()
 	return v.owner.Release()
 }
 
+// ref is the view whose reference keeps v's memory alive.
+func (v *View) ref() *View {
+	if v.holder != nil {
+		return v.holder
+	}
+	return v
+}
+
 // check returns an error when the view is closed or its memory released.
 func (v *View) check() error {
-	if v.closed.Load() {
+	if v.ref().closed.Load() {
 		return ErrClosed
 	}
 	if !v.owner.Alive() {
@@ -222,23 +220,36 @@ func (v *View) check() error {
 	return nil
 }
 
-// derive builds a view that shares v's memory with a new layout and takes a
-// reference of its own on the owner.
-func (v *View) derive(ptr uintptr, shape, strides []int64) (*View, error) {
+// Retain returns a view of the same memory and layout that holds a
+// reference of its own on the owner: it stays valid after v, and the view v
+// borrows from, are closed, and it must be closed itself.
+func (v *View) Retain() (*View, error) {
 	if err := v.check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("zerocopy: Retain: %w", err)
 	}
 	if err := v.owner.Retain(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("zerocopy: Retain: %w", err)
 	}
-	nv := &View{ptr: ptr, device: v.device, dtype: v.dtype, shape: shape, strides: strides,
-		readOnly: v.readOnly, copied: v.copied, padded: v.padded, foreign: v.foreign, owner: v.owner}
-	nv.pend.Store(v.pend.Load())
+	nv := v.sub(&v.lay)
+	nv.holder = nil
 	trackLeak(nv)
 	return nv, nil
 }
 
+// sub returns a view of v's memory with layout l (nil: the caller fills
+// it in) that borrows v's reference (see View). It never fails: a view
+// derived from a closed view reports ErrClosed when it is used.
+func (v *View) sub(l *Layout) *View {
+	nv := &View{base: v.base, device: v.device, readOnly: v.readOnly, copied: v.copied,
+		foreign: v.foreign, owner: v.owner, holder: v.ref()}
+	if l != nil {
+		nv.lay = *l
+	}
+	nv.pend.Store(v.pend.Load())
+	return nv
+}
+
 // String describes the view: "float32[2,3] cuda:0 strides=[3,1] ptr=0x...".
 func (v *View) String() string {
-	return fmt.Sprintf("%s%v %s strides=%v ptr=%#x", v.dtype, v.shape, v.device, v.strides, v.ptr)
+	return fmt.Sprintf("%s%v %s strides=%v ptr=%#x", v.lay.dtype, v.lay.shape(), v.device, v.lay.strides(), v.Ptr())
 }

@@ -146,8 +146,7 @@ func ExampleWant_Check() {
 	defer bad.Close()
 	t, _ := bad.T() // [4 2], strided
 	defer t.Close()
-	ro, _ := t.AsReadOnly()
-	defer ro.Close()
+	ro := t.AsReadOnly() // borrows t's reference: no Close
 	fmt.Println(need.Check(ro))
 	// Output:
 	// <nil>

@@ -238,7 +238,6 @@ type bench struct {
 	copier       *zerocopy.Copier
 	budget       int64
 	rounds       int
-	views        []*zerocopy.View
 }
 
 func newBench(ord int, max int64, paths []string, opts zerocopy.CopierOptions) (b *bench, err error) {
@@ -304,9 +303,6 @@ func touched(n int64) []byte {
 }
 
 func (b *bench) close() {
-	for _, v := range b.views {
-		v.Close()
-	}
 	if b.copier != nil {
 		b.copier.Close()
 	}
@@ -324,21 +320,15 @@ func (b *bench) close() {
 	}
 }
 
-// derive keeps a derived view for closing at the end.
-func (b *bench) derive(v *zerocopy.View, err error) (*zerocopy.View, error) {
-	if err == nil {
-		b.views = append(b.views, v)
-	}
-	return v, err
-}
-
 // stridedWidth is the row width in bytes of the column block the strided
 // path copies (the matrix rows are twice as wide).
 func stridedWidth(size int64) int64 { return min(size, 32<<10) }
 
 // operands returns the views of one measurement: host and device sides.
 func (b *bench) operands(size int64, path string) (host, dev *zerocopy.View, forced zerocopy.TransferPath, err error) {
-	pre := func(v *zerocopy.View, n int64) (*zerocopy.View, error) { return b.derive(v.Slice(0, 0, n, 1)) }
+	// The operands are views derived from b's buffers: they borrow the
+	// buffers' references and need no Close.
+	pre := func(v *zerocopy.View, n int64) (*zerocopy.View, error) { return v.Slice(0, 0, n, 1) }
 	switch path {
 	case "pinned":
 		host, err = pre(b.pinned, size)
@@ -359,16 +349,16 @@ func (b *bench) operands(size int64, path string) (host, dev *zerocopy.View, for
 		if m, err = pre(b.dev, 2*w*rows); err != nil {
 			return
 		}
-		if m, err = b.derive(m.Reshape(rows, 2*w)); err != nil {
+		if m, err = m.Reshape(rows, 2*w); err != nil {
 			return
 		}
-		if dev, err = b.derive(m.Slice(1, w/2, w/2+w, 1)); err != nil {
+		if dev, err = m.Slice(1, w/2, w/2+w, 1); err != nil {
 			return
 		}
 		if hp, err = pre(b.pinned, rows*w); err != nil {
 			return
 		}
-		host, err = b.derive(hp.Reshape(rows, w))
+		host, err = hp.Reshape(rows, w)
 		return host, dev, zerocopy.PathAuto, err
 	default:
 		return nil, nil, 0, fmt.Errorf("unknown path %q", path)

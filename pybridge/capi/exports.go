@@ -559,69 +559,48 @@ func dlb_index(h C.uint64_t, n C.int32_t, items *C.dlb_index_item, out *C.uint64
 	})
 }
 
+// applyIndex derives the view of a basic index from v. The intermediate
+// views borrow v's reference; the result gets one of its own (Retain), for
+// it becomes a tensor handle that outlives v's.
 func applyIndex(v *zerocopy.View, items []C.dlb_index_item) (*zerocopy.View, error) {
 	cur := v
-	owned := false // whether cur is ours to close
-	swap := func(nv *zerocopy.View) {
-		if owned {
-			cur.Close()
-		}
-		cur, owned = nv, true
-	}
-	fail := func(err error) (*zerocopy.View, error) {
-		if owned {
-			cur.Close()
-		}
-		return nil, err
-	}
 	dim := 0
 	for k, it := range items {
+		var err error
 		switch it.kind {
 		case C.DLB_INDEX_INT:
 			if dim >= cur.NDim() {
-				return fail(pybridge.Errorf(pybridge.IndexError, "dlbridge: too many indices for a %d-d tensor", v.NDim()))
+				return nil, pybridge.Errorf(pybridge.IndexError, "dlbridge: too many indices for a %d-d tensor", v.NDim())
 			}
 			e, i := cur.Shape()[dim], int64(it.start)
 			if i < -e || i >= e {
-				return fail(pybridge.Errorf(pybridge.IndexError, "dlbridge: index %d is out of bounds for dimension %d with size %d", i, dim, e))
+				return nil, pybridge.Errorf(pybridge.IndexError, "dlbridge: index %d is out of bounds for dimension %d with size %d", i, dim, e)
 			}
-			nv, err := cur.Select(dim, i)
-			if err != nil {
-				return fail(pybridge.WithCode(pybridge.IndexError, err))
+			if cur, err = cur.Select(dim, i); err != nil {
+				return nil, pybridge.WithCode(pybridge.IndexError, err)
 			}
-			swap(nv)
 		case C.DLB_INDEX_SLICE:
 			if dim >= cur.NDim() {
-				return fail(pybridge.Errorf(pybridge.IndexError, "dlbridge: too many indices for a %d-d tensor", v.NDim()))
+				return nil, pybridge.Errorf(pybridge.IndexError, "dlbridge: too many indices for a %d-d tensor", v.NDim())
 			}
 			if it.step == 0 {
-				return fail(pybridge.Errorf(pybridge.ValueError, "dlbridge: slice step cannot be zero"))
+				return nil, pybridge.Errorf(pybridge.ValueError, "dlbridge: slice step cannot be zero")
 			}
-			nv, err := cur.Slice(dim, int64(it.start), int64(it.stop), int64(it.step))
-			if err != nil {
-				return fail(pybridge.WithCode(pybridge.ValueError, err))
+			if cur, err = cur.Slice(dim, int64(it.start), int64(it.stop), int64(it.step)); err != nil {
+				return nil, pybridge.WithCode(pybridge.ValueError, err)
 			}
-			swap(nv)
 			dim++
 		case C.DLB_INDEX_NEWAXIS:
-			nv, err := cur.Unsqueeze(dim)
-			if err != nil {
-				return fail(pybridge.WithCode(pybridge.IndexError, err))
+			if cur, err = cur.Unsqueeze(dim); err != nil {
+				return nil, pybridge.WithCode(pybridge.IndexError, err)
 			}
-			swap(nv)
 			dim++
 		default:
-			return fail(pybridge.Errorf(pybridge.TypeError, "dlbridge: index item %d has unknown kind %d", k, int(it.kind)))
+			return nil, pybridge.Errorf(pybridge.TypeError, "dlbridge: index item %d has unknown kind %d", k, int(it.kind))
 		}
 	}
-	if owned {
-		return cur, nil
-	}
-	// t[()] or t[...]: a new view of the same memory.
-	if cur.NDim() == 0 {
-		return cur.Reshape()
-	}
-	return cur.Slice(0, zerocopy.Omit, zerocopy.Omit, 1)
+	// t[()] and t[...] leave cur == v: a new handle of the same view.
+	return cur.Retain()
 }
 
 //export dlb_permute
@@ -643,9 +622,13 @@ func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, i
 				ord[i] = int(o)
 			}
 		}
-		v, err := t.View.Permute(ord...)
+		p, err := t.View.Permute(ord...)
 		if err != nil {
 			return pybridge.WithCode(pybridge.ValueError, err)
+		}
+		v, err := p.Retain() // the new handle outlives t's
+		if err != nil {
+			return err
 		}
 		return publish(v, out, info)
 	})

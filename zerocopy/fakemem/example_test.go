@@ -18,7 +18,8 @@ func ExampleTracker_View() {
 		fmt.Println(err)
 		return
 	}
-	col, _ := v.Select(1, 2)
+	sel, _ := v.Select(1, 2)         // borrows v's reference
+	col, _ := sel.Retain()           // holds one of its own
 	zerocopy.Set[float32](col, 5, 1) // allowed: Options.HostAccess
 	ptr := v.Ptr()
 	v.Close()
