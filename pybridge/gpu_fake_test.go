@@ -231,7 +231,9 @@ func TestNonBlockingCopy(t *testing.T) {
 		}
 		dlpack.DeleteVersioned(p)
 	}
-	if diff := cmp.Diff([]string{"r side", "w work<-side", "w c<-side"}, orderLog(t, names)); diff != "" {
+	// "r side" twice: the copy marks its use of both tensors' pool memory,
+	// whose frees wait for it; "r c": the export marks the consumer's use.
+	if diff := cmp.Diff([]string{"r side", "r side", "r side", "w work<-side", "r c", "w c<-side"}, orderLog(t, names)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	p, err := Export(tensorOf(dst), ExportRequest{Versioned: true, HasStream: true, Stream: -1})
@@ -275,10 +277,12 @@ func TestExportOrdersPendingWrites(t *testing.T) {
 	}{
 		{ExportRequest{Versioned: true, HasStream: true, Stream: int64(w.Handle())}, nil, OK}, // same stream
 		{ExportRequest{Versioned: true, HasStream: true, Stream: -1}, nil, OK},                // no sync asked
-		{ExportRequest{Versioned: true, HasStream: true, Stream: int64(c1.Handle())}, []string{"r work", "w c1<-work"}, OK},
-		{ExportRequest{Versioned: true, HasStream: true, Stream: int64(c2.Handle())}, []string{"w c2<-work"}, OK},
-		{ExportRequest{Versioned: true}, []string{"w legacy<-work"}, OK}, // None: the legacy default stream
-		{ExportRequest{Versioned: true, HasStream: true, Stream: 2}, []string{"w per-thread<-work"}, OK},
+		// "r cN": the export marks the consumer's use of the pool memory
+		// (its free waits for that), then the consumer waits for the write.
+		{ExportRequest{Versioned: true, HasStream: true, Stream: int64(c1.Handle())}, []string{"r c1", "r work", "w c1<-work"}, OK},
+		{ExportRequest{Versioned: true, HasStream: true, Stream: int64(c2.Handle())}, []string{"r c2", "w c2<-work"}, OK},
+		{ExportRequest{Versioned: true}, []string{"r legacy", "w legacy<-work"}, OK}, // None: the legacy default stream
+		{ExportRequest{Versioned: true, HasStream: true, Stream: 2}, []string{"r per-thread", "w per-thread<-work"}, OK},
 		{ExportRequest{Versioned: true, HasStream: true, Stream: 0}, nil, ValueError}, // ambiguous
 	}
 	for _, c := range cases {

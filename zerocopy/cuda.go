@@ -103,24 +103,34 @@ type cudaMemory struct {
 	async *cuda.Stream // nil: cuMemFree
 
 	mu   sync.Mutex
-	used []uintptr // other streams copies used the memory on
+	used map[uintptr]pooledEvent // per other stream that used the memory: an event after its last use
+	lost bool                    // a use could not be marked: free synchronously
 }
 
-func (m *cudaMemory) noteUse(h uintptr) {
-	if m.async == nil || h == 0 {
+// noteUse marks the work queued so far on stream h (another library's
+// stream, or 1/2 for the default streams) that uses the memory, with an
+// event recorded now, so that the free waits for it. The handle itself is
+// not kept: its owner may destroy the stream before the memory is freed,
+// and the driver crashes on a destroyed stream's handle (seen in the chain
+// matrix on the H100, cuEventRecord in Release).
+func (m *cudaMemory) noteUse(h uintptr, viewDev dlpack.Device) {
+	if m.async == nil || h == 0 || h == m.async.Handle() {
 		return
 	}
+	e, d, err := markStream(h, -1, viewDev)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if h == m.async.Handle() {
+	if err != nil {
+		m.lost = true
 		return
 	}
-	for _, u := range m.used {
-		if u == h {
-			return
-		}
+	if old, ok := m.used[h]; ok {
+		old.d.putEvent(old.e) // the new record covers what the old one did
 	}
-	m.used = append(m.used, h)
+	if m.used == nil {
+		m.used = make(map[uintptr]pooledEvent)
+	}
+	m.used[h] = pooledEvent{d, e}
 }
 
 // Release frees the memory. A failure (the context was torn down, the
@@ -128,13 +138,19 @@ func (m *cudaMemory) noteUse(h uintptr) {
 // falls back to a synchronous free, anything else is reported to the
 // handler set by SetCUDAErrorHandler.
 func (m *cudaMemory) Release() {
-	if m.async != nil && m.async.Handle() != 0 {
+	m.mu.Lock()
+	used, lost := m.used, m.lost
+	m.used = nil
+	m.mu.Unlock()
+	if m.async != nil && m.async.Handle() != 0 && !lost {
 		var err error
-		dev := dlpack.CUDADevice(m.d.ctx.Device().Ordinal())
-		for _, h := range m.used {
-			if err = waitStream(m.async, h, -1, dev); err != nil {
-				break
+		for _, u := range used {
+			// A queued wait keeps the record it saw: the event can go
+			// back to the pool at once.
+			if err == nil {
+				err = m.async.WaitEvent(u.e)
 			}
+			u.d.putEvent(u.e)
 		}
 		if err == nil {
 			if err = m.async.MemFreeAsync(m.ptr); err == nil {

@@ -155,9 +155,6 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 	if err := dst.waitOn(s); err != nil {
 		return 0, err
 	}
-	noteUse(src, s)
-	noteUse(dst, s)
-
 	x := xfer{c: c, d: d, s: s, shape: shape, is: is,
 		dst: side{base: dst.Ptr(), strides: ds, kind: dk}, src: side{base: src.Ptr(), strides: ss, kind: sk}}
 	var used TransferPath
@@ -176,6 +173,10 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 		}
 		used, err = x.hostDevice(host, path)
 	}
+	// After the copy is queued (even a failed one may have queued part):
+	// the memory's free waits for it.
+	noteUse(src, s)
+	noteUse(dst, s)
 	if err != nil {
 		return used, fmt.Errorf("zerocopy: CopyCUDA %v <- %v: %w", dst, src, err)
 	}
@@ -187,14 +188,15 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 	return used, nil
 }
 
-// noteUse tells stream-ordered memory that s uses it, so its free waits.
+// noteUse tells stream-ordered memory that s has queued work on it (call
+// it after queuing), so its free waits for that work.
 func noteUse(v *View, s *cuda.Stream) { noteUseHandle(v, s.Handle()) }
 
 // noteUseHandle is noteUse for a stream handle (1 and 2 included: the
 // default streams of the memory's device).
 func noteUseHandle(v *View, h uintptr) {
 	if m, ok := v.owner.rel.(*cudaMemory); ok {
-		m.noteUse(h)
+		m.noteUse(h, v.device)
 	}
 }
 

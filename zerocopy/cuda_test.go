@@ -310,6 +310,55 @@ func TestAllocCUDAAsync(t *testing.T) {
 	}
 }
 
+// TestFreeAfterForeignStreamDestroyed: stream-ordered memory used on
+// another library's stream (a copy on it, an export to it) is freed after
+// that work although the stream was destroyed in between: the uses were
+// marked with events when they were queued, and the free touches no
+// foreign stream handle (the real driver crashes on a destroyed one).
+func TestFreeAfterForeignStreamDestroyed(t *testing.T) {
+	needFake(t)
+	ctx := retain(t, 0)
+	a := newStream(t, ctx)
+	v, err := zerocopy.AllocCUDAAsync(a, dlpack.Float32Type, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := zerocopy.CopyCUDA(v, goView(t, pattern(1024, 3), dlpack.Float32Type, 256), theirs); err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.OrderBefore(consumer.Handle()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*cuda.Stream{theirs, consumer} {
+		if err := s.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	records, waits := fakeCalls(t, "cuEventRecord"), fakeCalls(t, "cuStreamWaitEvent")
+	frees, syncFrees := fakeCalls(t, "cuMemFreeAsync"), fakeCalls(t, "cuMemFree_v2")
+	v.Close()
+	if got := fakeCalls(t, "cuEventRecord") - records; got != 0 {
+		t.Errorf("the free recorded %d events (on streams that may be gone), want 0", got)
+	}
+	if got := fakeCalls(t, "cuStreamWaitEvent") - waits; got != 2 {
+		t.Errorf("the free waited for %d marked uses, want 2 (the copy's stream and the consumer's)", got)
+	}
+	if got, sync := fakeCalls(t, "cuMemFreeAsync")-frees, fakeCalls(t, "cuMemFree_v2")-syncFrees; got != 1 || sync != 0 {
+		t.Errorf("frees: %d stream-ordered, %d synchronous; want 1 and 0", got, sync)
+	}
+	if err := a.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestVerifyCUDA checks views against the driver's allocations.
 func TestVerifyCUDA(t *testing.T) {
 	needCUDA(t)

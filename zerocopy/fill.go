@@ -109,7 +109,6 @@ func fillDevice(v *View, elem []byte, s *cuda.Stream) error {
 	if err := v.waitOn(s); err != nil {
 		return err
 	}
-	noteUse(v, s)
 	is := int64(len(elem))
 	p := planBytes(v.lay.shape(), v.lay.strides(), v.lay.strides(), is)
 	if p.nd == 0 {
@@ -124,6 +123,7 @@ func fillDevice(v *View, elem []byte, s *cuda.Stream) error {
 	} else {
 		err = fillKernel(d, s, v, elem)
 	}
+	noteUse(v, s) // after queuing: the memory's free waits for the fill
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,10 @@ func (v *View) OrderBefore(consumer uintptr) error {
 		return fmt.Errorf("zerocopy: OrderBefore: stream 0 is ambiguous (use 1 for the legacy default stream, 2 for the per-thread one)")
 	}
 	p := v.pend.Load()
-	noteUseHandle(v, consumer) // stream-ordered memory is freed after the consumer's work too
+	// Stream-ordered memory is freed after the work the consumer has
+	// queued by now (what it queues later is its own to order: it holds
+	// the tensor until then, as with PyTorch's and CuPy's exports).
+	noteUseHandle(v, consumer)
 	if p == nil || p.done.Load() || p.stream == consumer || p.ordered(consumer) {
 		return nil
 	}
@@ -321,6 +324,26 @@ func waitStream(consumer *cuda.Stream, h uintptr, dev int, viewDev dlpack.Device
 			dev = o.(int)
 		}
 	}
+	e, d, err := markStream(h, dev, viewDev)
+	if err == nil {
+		err = consumer.WaitEvent(e)
+		d.putEvent(e)
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("zerocopy: ordering %v after stream %#x: %w", consumer, h, err)
+}
+
+// markStream records a pooled event on stream handle h (of device dev, or
+// of the device that made it, or of viewDev's; dev < 0: unknown), marking
+// the work queued on h so far. Put the event back with d.putEvent.
+func markStream(h uintptr, dev int, viewDev dlpack.Device) (*cuda.Event, *devState, error) {
+	if dev < 0 {
+		if o, ok := streamOwners.Load(h); ok {
+			dev = o.(int)
+		}
+	}
 	var err error
 	for _, d := range candidates(dev, viewDev) {
 		var e *cuda.Event
@@ -328,20 +351,15 @@ func waitStream(consumer *cuda.Stream, h uintptr, dev int, viewDev dlpack.Device
 			continue
 		}
 		if err = e.Record(d.ctx.WrapStream(h)); err != nil {
-			d.putEvent(e)
+			d.putEvent(e) // the stream is not one of d's: try the next device
 			continue
 		}
-		err = consumer.WaitEvent(e)
-		d.putEvent(e)
-		if err == nil {
-			return nil
-		}
-		break
+		return e, d, nil
 	}
 	if err == nil {
 		err = errors.New("no CUDA device")
 	}
-	return fmt.Errorf("zerocopy: ordering %v after stream %#x: %w", consumer, h, err)
+	return nil, nil, err
 }
 
 // orderAfter makes consumer wait for the work queued so far on producer.

@@ -43,7 +43,9 @@ def check(call, exc, msg):
     (True, TypeError, "dlbridge: shape=True (bool) " + NOT_SHAPE),
     ((2, True), TypeError, "dlbridge: shape[1]=True (bool) is not an integer"),
     ((np.float32(2),), TypeError, "dlbridge: shape[0]=%r (float32) is not an integer" % np.float32(2)),
-    ((np.bool_(True),), TypeError, "dlbridge: shape[0]=%r (bool_) is not an integer" % np.bool_(True)),
+    # The type's name is bool_ in NumPy 1.x and bool in 2.x.
+    ((np.bool_(True),), TypeError, "dlbridge: shape[0]=%r (%s) is not an integer"
+     % (np.bool_(True), type(np.bool_(True)).__name__)),
 ])
 def test_bad_shapes(make, shape, exc, msg):
     check(lambda: make(shape), exc, msg)
