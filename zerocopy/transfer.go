@@ -81,15 +81,14 @@ type CopierOptions struct {
 	// Path forces the transfer path of pageable memory (default PathAuto).
 	Path TransferPath
 	// ChunkBytes is the size of each pinned staging buffer (default 8 MiB;
-	// a transfer uses buffers of a quarter of its size when that is less,
-	// and by default at most 4 MiB for transfers up to midSize).
+	// a transfer uses buffers of a quarter of its size when that is less).
 	ChunkBytes int64
 	// Buffers is the number of staging buffers in a ring (default 4).
 	Buffers int
 	// Workers is the number of goroutines that copy chunks on the host
 	// (default three quarters of GOMAXPROCS, at most 12: on the 16-core
 	// H100 machine 8-12 workers beat 16, which compete with the driver's
-	// threads; by default a transfer up to midSize uses at most 4).
+	// threads).
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
 	// direct (default 4 MiB: below it the driver's own staging is as fast).
@@ -133,11 +132,7 @@ func (o CopierOptions) withDefaults() CopierOptions {
 type Copier struct {
 	opts CopierOptions
 
-	mu sync.Mutex
-	// autoChunk and autoWorkers: ChunkBytes and Workers were defaulted,
-	// so mid-sized transfers may use less of them (see midSize).
-	autoChunk, autoWorkers bool
-
+	mu     sync.Mutex
 	free   map[int][]*ring // idle rings by device ordinal
 	all    []*ring
 	hist   map[histKey]*histEntry
@@ -147,8 +142,7 @@ type Copier struct {
 
 // NewCopier returns a Copier with opts. Close it to free its pinned memory.
 func NewCopier(opts CopierOptions) *Copier {
-	return &Copier{opts: opts.withDefaults(), autoChunk: opts.ChunkBytes <= 0, autoWorkers: opts.Workers <= 0,
-		free: make(map[int][]*ring), hist: make(map[histKey]*histEntry)}
+	return &Copier{opts: opts.withDefaults(), free: make(map[int][]*ring), hist: make(map[histKey]*histEntry)}
 }
 
 var defaultCopier = sync.OnceValue(func() *Copier { return NewCopier(CopierOptions{}) })
@@ -251,36 +245,15 @@ func (c *Copier) getRing(d *devState, want int64) (*ring, error) {
 	return r, nil
 }
 
-// midSize is the largest transfer that by default stages through buffers
-// of at most 4 MiB with at most 4 host workers. Measured on the H100 host
-// (BenchmarkCopyCUDAStagedSweep, pageable -> device, GB/s): at 64 MiB,
-// 4 MiB buffers with 4 workers 37.1, 8 MiB with 12 (the large-transfer
-// defaults) 33.3; at 16 MiB, 4 MiB/4 workers 25.6, 8 MiB/12 19.7. A short
-// transfer has few pieces in flight: smaller ones fill the pipeline
-// sooner, and more workers than pieces only contend.
-const midSize = 64 << 20
-
 // ringSize is the buffer size a staged transfer of n bytes wants: a
 // quarter of it (so the host copies overlap the DMA), a power of two from
-// 256 KiB up to ChunkBytes (4 MiB by default up to midSize).
+// 256 KiB up to ChunkBytes.
 func (c *Copier) ringSize(n int64) int64 {
-	limit := c.opts.ChunkBytes
-	if c.autoChunk && n <= midSize {
-		limit = min(limit, 4<<20)
-	}
 	want := int64(256 << 10)
-	for want < n/4 && want < limit {
+	for want < n/4 && want < c.opts.ChunkBytes {
 		want *= 2
 	}
-	return min(want, limit)
-}
-
-// workers is the number of host workers a staged transfer of n bytes uses.
-func (c *Copier) workers(n int64) int {
-	if c.autoWorkers && n <= midSize {
-		return min(c.opts.Workers, 4)
-	}
-	return c.opts.Workers
+	return min(want, c.opts.ChunkBytes)
 }
 
 func (c *Copier) putRing(r *ring) {
@@ -578,7 +551,7 @@ func (p *pipeline) split(i, b int, emit func(pipeTask)) int {
 			dim, ext = d, e
 		}
 	}
-	parts := min(int64(p.x.c.workers(p.x.bytes())), max(n/minPart, 1), ext)
+	parts := min(int64(p.x.c.opts.Workers), max(n/minPart, 1), ext)
 	if parts <= 1 || dim < 0 {
 		emit(pipeTask{i: i, b: b, shape: pc.shape, hp: hp, bp: bp, bstrides: bs})
 		return 1
@@ -607,7 +580,7 @@ func (p *pipeline) run() error {
 		p.free[b] = make(chan struct{}, 1)
 		p.free[b] <- struct{}{}
 	}
-	workers := x.c.workers(x.bytes())
+	workers := x.c.opts.Workers
 	p.tasks = make(chan pipeTask, k*workers)
 	var wg sync.WaitGroup
 	for range workers {
