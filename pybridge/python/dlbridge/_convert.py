@@ -57,6 +57,8 @@ def out_of_range(field, v, ctype, lo=None, hi=None, exc=ValueError):
 
 def _index(value, field):
     """operator.index(value), bools refused, with our TypeError."""
+    if type(value) is int:  # the common case, first (a bool's type is bool)
+        return value
     if _is_bool(value):
         raise not_integer(field, value)
     try:
@@ -98,8 +100,16 @@ def sequence(value, field, max_len=None):
 
 
 def integers(values, field, ctype=INT64, lo=None, hi=None):
-    """A tuple of integers (see integer), named field[0], field[1], ..."""
-    return tuple(integer(v, "%s[%d]" % (field, i), ctype, lo, hi) for i, v in enumerate(values))
+    """A tuple of integers (see integer), named field[0], field[1], ...
+    Exact ints in range pass without a name being formatted for them: this
+    runs on every exchange (shapes, strides, __dlpack_device__)."""
+    _, tlo, thi = ctype
+    lo = tlo if lo is None else lo
+    hi = thi if hi is None else hi
+    for v in values:
+        if type(v) is not int or not lo <= v <= hi:
+            return tuple(integer(v, "%s[%d]" % (field, i), ctype, lo, hi) for i, v in enumerate(values))
+    return tuple(values)
 
 
 def sizes(values, field="shape"):
@@ -109,6 +119,11 @@ def sizes(values, field="shape"):
 
 def pair(value, field, ctype):
     """A (first, second) pair of integers such as dl_device or max_version."""
+    if type(value) is tuple and len(value) == 2:
+        a, b = value
+        _, lo, hi = ctype
+        if type(a) is int and type(b) is int and lo <= a <= hi and lo <= b <= hi:
+            return value  # the common case, without a call per item
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError("dlbridge: %s=%s (%s) is not a pair of integers" % (field, show(value), type(value).__name__))
     return integers(value, field, ctype)
