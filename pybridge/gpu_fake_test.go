@@ -61,6 +61,8 @@ var orderBuf = make([]uint64, 3*256) // heap memory: it stays put while the fake
 // ("w S<-R": S waits for a record made on R) since the last reset.
 func orderLog(t testing.TB, names map[uintptr]string) []string {
 	t.Helper()
+	// Sound: orderBuf is a package-level Go slice (it does not move), and
+	// the fake writes at most len/3 entries of 3 words before returning.
 	n := int(int32(fakeCall(t, "fakecuda_order_log", uintptr(unsafe.Pointer(&orderBuf[0])), uintptr(len(orderBuf)/3))))
 	name := func(h uint64) string {
 		if s, ok := names[uintptr(h)]; ok {
