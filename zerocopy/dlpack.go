@@ -7,41 +7,22 @@ import (
 	"github.com/dlbridge/dlbridge/dlpack"
 )
 
-// An imported view needs a View, its Owner, the dlpack.Handle whose
-// Release runs the producer's deleter, and storage for shape and strides:
-// all in one allocation, sized by the tensor's rank so that the common case
-// (up to 4 dimensions) stays in a 256-byte size class. The view points into
-// the struct (owner, dims), which keeps it alive.
+// An imported view needs a View (its Layout holds shape and strides), its
+// Owner and the dlpack.Handle whose Release runs the producer's deleter:
+// all in one allocation. The view points into the struct (the owner),
+// which keeps it alive.
 //
 // While the leak net is on (SetLeakReporter) the View is allocated apart:
 // the net's cleanup holds the Owner, and would keep a view in the same
 // allocation reachable, so a leaked view would never be found.
 type (
-	dlpackOwner4 struct {
-		owner Owner
-		h     dlpack.Handle
-		dims  [2 * 4]int64
-	}
-	dlpackOwner8 struct {
-		owner Owner
-		h     dlpack.Handle
-		dims  [2 * dlpack.InlineDims]int64
-	}
-	dlpackOwnerN struct { // more dimensions: shape and strides apart
+	dlpackOwner struct {
 		owner Owner
 		h     dlpack.Handle
 	}
-	dlpackImport4 struct {
+	dlpackImport struct {
 		view View
-		o    dlpackOwner4
-	}
-	dlpackImport8 struct {
-		view View
-		o    dlpackOwner8
-	}
-	dlpackImportN struct {
-		view View
-		o    dlpackOwnerN
+		o    dlpackOwner
 	}
 )
 
@@ -92,42 +73,21 @@ func PendingOn(s uintptr) ImportOption { return ImportOption{stream: s} }
 
 func fromDLPack(p unsafe.Pointer, legacy bool, opts []ImportOption) (*View, error) {
 	var (
-		v    *View
-		o    *Owner
-		h    *dlpack.Handle
-		dims []int64
+		v  *View
+		ob *dlpackOwner
 	)
-	split := leakReporter.Load() != nil
-	// The rank read here only sizes the allocation; Take validates it.
-	switch n := dlpack.PeekNDim(p, legacy); {
-	case n <= 4:
-		var ob *dlpackOwner4
-		if split {
-			v, ob = new(View), new(dlpackOwner4)
-		} else {
-			b := new(dlpackImport4)
-			v, ob = &b.view, &b.o
-		}
-		o, h, dims = &ob.owner, &ob.h, ob.dims[:]
-	case n <= dlpack.InlineDims:
-		var ob *dlpackOwner8
-		if split {
-			v, ob = new(View), new(dlpackOwner8)
-		} else {
-			b := new(dlpackImport8)
-			v, ob = &b.view, &b.o
-		}
-		o, h, dims = &ob.owner, &ob.h, ob.dims[:]
-	default:
-		var ob *dlpackOwnerN
-		if split {
-			v, ob = new(View), new(dlpackOwnerN)
-		} else {
-			b := new(dlpackImportN)
-			v, ob = &b.view, &b.o
-		}
-		o, h = &ob.owner, &ob.h
+	if leakReporter.Load() != nil {
+		v, ob = new(View), new(dlpackOwner)
+	} else {
+		b := new(dlpackImport)
+		v, ob = &b.view, &b.o
 	}
+	o, h := &ob.owner, &ob.h
+	// Take validates shape and strides into dims, and the view's Layout
+	// copies them, so dims is scratch: on the stack, not in the box (a
+	// tensor of more than InlineDims dimensions gets a slice of its own).
+	var scratch [2 * dlpack.InlineDims]int64
+	dims := scratch[:]
 	var d dlpack.Desc
 	var err error
 	label := "dlpack import"
