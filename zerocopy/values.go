@@ -61,8 +61,9 @@ func (x Value) String() string {
 	return fmt.Sprint(real(x.C))
 }
 
-// complex is x as complex128 (64-bit integers rounded to nearest).
-func (x Value) complex() complex128 {
+// Complex128 is x as one number of any kind (64-bit integers rounded to
+// nearest): for comparing sums across dtypes.
+func (x Value) Complex128() complex128 {
 	switch x.Kind {
 	case IntValue, BoolValue:
 		return complex(float64(x.I), 0)
@@ -165,27 +166,27 @@ func codecOf(op string, dt dlpack.DataType) (elemCodec, error) {
 	case dt.Code == dlpack.Float && dt.Bits == 16:
 		c.kind = FloatValue
 		c.load = func(p unsafe.Pointer) Value { return Float(float64((*(*Float16)(p)).Float32())) }
-		c.store = func(p unsafe.Pointer, x Value) { *(*Float16)(p) = Float16From(float32(real(x.complex()))) }
+		c.store = func(p unsafe.Pointer, x Value) { *(*Float16)(p) = Float16From(float32(real(x.Complex128()))) }
 	case dt.Code == dlpack.Bfloat && dt.Bits == 16:
 		c.kind = FloatValue
 		c.load = func(p unsafe.Pointer) Value { return Float(float64((*(*BFloat16)(p)).Float32())) }
-		c.store = func(p unsafe.Pointer, x Value) { *(*BFloat16)(p) = BFloat16From(float32(real(x.complex()))) }
+		c.store = func(p unsafe.Pointer, x Value) { *(*BFloat16)(p) = BFloat16From(float32(real(x.Complex128()))) }
 	case dt.Code == dlpack.Float && dt.Bits == 32:
 		c.kind = FloatValue
 		c.load = func(p unsafe.Pointer) Value { return Float(float64(*(*float32)(p))) }
-		c.store = func(p unsafe.Pointer, x Value) { *(*float32)(p) = float32(real(x.complex())) }
+		c.store = func(p unsafe.Pointer, x Value) { *(*float32)(p) = float32(real(x.Complex128())) }
 	case dt.Code == dlpack.Float && dt.Bits == 64:
 		c.kind = FloatValue
 		c.load = func(p unsafe.Pointer) Value { return Float(*(*float64)(p)) }
-		c.store = func(p unsafe.Pointer, x Value) { *(*float64)(p) = real(x.complex()) }
+		c.store = func(p unsafe.Pointer, x Value) { *(*float64)(p) = real(x.Complex128()) }
 	case dt.Code == dlpack.Complex && dt.Bits == 64:
 		c.kind = ComplexValue
 		c.load = func(p unsafe.Pointer) Value { return Complex(complex128(*(*complex64)(p))) }
-		c.store = func(p unsafe.Pointer, x Value) { *(*complex64)(p) = complex64(x.complex()) }
+		c.store = func(p unsafe.Pointer, x Value) { *(*complex64)(p) = complex64(x.Complex128()) }
 	case dt.Code == dlpack.Complex && dt.Bits == 128:
 		c.kind = ComplexValue
 		c.load = func(p unsafe.Pointer) Value { return Complex(*(*complex128)(p)) }
-		c.store = func(p unsafe.Pointer, x Value) { *(*complex128)(p) = x.complex() }
+		c.store = func(p unsafe.Pointer, x Value) { *(*complex128)(p) = x.Complex128() }
 	default:
 		ok = false
 	}
