@@ -200,7 +200,7 @@ func Clone(v *View) (*View, error) {
 	}
 	words := make([]uint64, (nb+7)/8) // 8-aligned for every element type
 	base := unsafe.Pointer(unsafe.SliceData(words))
-	nv := goView(base, trustedLayout(v.lay.dtype, v.lay.shape(), nil, v.lay.padded), "clone")
+	nv := goView(base, v.lay.dtype, v.lay.shape(), v.lay.padded, "clone")
 	if err := Copy(nv, v); err != nil {
 		nv.Close()
 		return nil, fmt.Errorf("zerocopy: Clone: %w", err)

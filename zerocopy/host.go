@@ -93,8 +93,9 @@ func newGoOwner(base unsafe.Pointer, label string) *Owner {
 
 // goView is a writable CPU view of Go memory at base with layout l, holding
 // the one reference of a new owner that keeps base reachable.
-func goView(base unsafe.Pointer, l Layout, label string) *View {
-	v := &View{base: uintptr(base), lay: l, device: dlpack.CPUDevice, owner: newGoOwner(base, label)}
+func goView(base unsafe.Pointer, dt dlpack.DataType, shape []int64, padded bool, label string) *View {
+	v := &View{base: uintptr(base), device: dlpack.CPUDevice, owner: newGoOwner(base, label)}
+	v.lay.setTrusted(dt, shape, nil, padded) // in place: a Layout is 128 bytes
 	trackLeak(v)
 	return v
 }
@@ -118,7 +119,7 @@ func FromSlice[T Elem](s []T, shape ...int64) (*View, error) {
 		return nil, fmt.Errorf("zerocopy: FromSlice: shape %v has %d elements, the slice has %d", slices.Clone(shape), n, len(s))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(s))
-	return goView(base, trustedLayout(DTypeOf[T](), shape, nil, false), "go slice"), nil
+	return goView(base, DTypeOf[T](), shape, false, "go slice"), nil
 }
 
 // FromBytes makes a writable CPU view of b holding elements of type dt
@@ -153,7 +154,7 @@ func FromBytes(b []byte, dt dlpack.DataType, shape ...int64) (*View, error) {
 		return nil, fmt.Errorf("zerocopy: FromBytes: shape %v of %s needs %d bytes, have %d", slices.Clone(shape), dt, need, len(b))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
-	return goView(base, trustedLayout(dt, shape, nil, false), "go bytes"), nil
+	return goView(base, dt, shape, false, "go bytes"), nil
 }
 
 // HostSlice returns the elements of a C-contiguous, writable view as a []T

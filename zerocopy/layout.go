@@ -66,7 +66,14 @@ func newLayout(dt dlpack.DataType, shape, strides []int64, padded bool) (Layout,
 // trustedLayout is the layout of shape and strides (nil: C-contiguous) that
 // the caller has validated (dlpack's import has, or we made them).
 func trustedLayout(dt dlpack.DataType, shape, strides []int64, padded bool) Layout {
-	l := Layout{dtype: dt, padded: padded}
+	var l Layout
+	l.setTrusted(dt, shape, strides, padded)
+	return l
+}
+
+// setTrusted makes l the layout trustedLayout returns, in place.
+func (l *Layout) setTrusted(dt dlpack.DataType, shape, strides []int64, padded bool) {
+	l.dtype, l.padded, l.offset = dt, padded, 0
 	l.reset(len(shape))
 	copy(l.shape(), shape)
 	if strides == nil {
@@ -74,7 +81,6 @@ func trustedLayout(dt dlpack.DataType, shape, strides []int64, padded bool) Layo
 	} else {
 		copy(l.strides(), strides)
 	}
-	return l
 }
 
 // reset gives l room for n dimensions that no other Layout shares; the
