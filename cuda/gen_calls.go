@@ -83,6 +83,7 @@ var table = []entry{
 	{name: "cuMemPoolSetAttribute", args: "pool:h attr:i value:p"},
 	{name: "cuMemPoolGetAttribute", args: "pool:h attr:i value:p"},
 	{name: "cuMemPoolTrimTo", args: "pool:h keep:q"},
+	{name: "cuMemPoolSetAccess", args: "pool:h descs:p count:q"},
 
 	{name: "cuMemsetD8_v2", args: "dst:q value:u n:q"},
 	{name: "cuMemsetD32_v2", args: "dst:q value:u n:q"},

@@ -79,6 +79,31 @@ func (p *MemPool) Usage() (reserved, used uint64, err error) {
 	return reserved, used, nil
 }
 
+// memAccessDesc is CUmemAccessDesc: a CUmemLocation (type, id) and the
+// access flags.
+type memAccessDesc struct {
+	locType, id int32
+	flags       int32
+}
+
+// SetPeerAccess lets peer read and write the pool's allocations, or takes
+// that back (cuMemPoolSetAccess). Pool memory does not follow
+// Context.EnablePeerAccess: without this a peer's kernels cannot touch it
+// and the driver stages copies between the two through the host.
+func (p *MemPool) SetPeerAccess(peer Device, readWrite bool) error {
+	if err := peer.check("MemPool.SetPeerAccess"); err != nil {
+		return err
+	}
+	d := memAccessDesc{locType: 1, id: peer.handle} // CU_MEM_LOCATION_TYPE_DEVICE, the CUdevice
+	if readWrite {
+		d.flags = 3 // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+	}
+	if r := cuMemPoolSetAccess(p.h, unsafe.Pointer(&d), 1); r != Success {
+		return newError("cuMemPoolSetAccess", r, fmt.Sprintf("%v peer=%v rw=%v", p, peer, readWrite))
+	}
+	return nil
+}
+
 // TrimTo returns reserved memory the pool does not use to the system until
 // it keeps at most keep bytes (cuMemPoolTrimTo).
 func (p *MemPool) TrimTo(keep uint64) error {

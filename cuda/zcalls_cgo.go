@@ -793,6 +793,25 @@ static int dlb_cuMemPoolTrimTo_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, i
 	return dlb_cuMemPoolTrimTo_ctx(gc, sc, ctx, fn, pool, keep);
 }
 
+static int dlb_cuMemPoolSetAccess(uintptr_t fn, uintptr_t pool, void* descs, unsigned long long count) {
+	return ((int (*)(void*, void*, unsigned long long))fn)((void*)pool, descs, count);
+}
+static int dlb_cuMemPoolSetAccess_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t pool, void* descs, unsigned long long count) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuMemPoolSetAccess(fn, pool, descs, count);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuMemPoolSetAccess_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, void* descs, unsigned long long count) {
+	if (direct) {
+		int r = dlb_cuMemPoolSetAccess(fn, pool, descs, count);
+		if (r != 201) return r;
+	}
+	return dlb_cuMemPoolSetAccess_ctx(gc, sc, ctx, fn, pool, descs, count);
+}
+
 static int dlb_cuMemsetD8_v2(uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n) {
 	return ((int (*)(unsigned long long, unsigned int, unsigned long long))fn)(dst, value, n);
 }
@@ -2425,6 +2444,30 @@ func cuMemPoolTrimTo_auto(ctx uintptr, direct bool, pool uintptr, keep uint64) R
 		return resultNoSymbol
 	}
 	return Result(C.dlb_cuMemPoolTrimTo_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool), C.ulonglong(keep)))
+}
+
+func cuMemPoolSetAccess(pool uintptr, descs unsafe.Pointer, count uint64) Result {
+	fn := fns[sym_cuMemPoolSetAccess]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolSetAccess(C.uintptr_t(fn), C.uintptr_t(pool), descs, C.ulonglong(count)))
+}
+
+func cuMemPoolSetAccess_ctx(ctx uintptr, pool uintptr, descs unsafe.Pointer, count uint64) Result {
+	fn := fns[sym_cuMemPoolSetAccess]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolSetAccess_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(pool), descs, C.ulonglong(count)))
+}
+
+func cuMemPoolSetAccess_auto(ctx uintptr, direct bool, pool uintptr, descs unsafe.Pointer, count uint64) Result {
+	fn := fns[sym_cuMemPoolSetAccess]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolSetAccess_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool), descs, C.ulonglong(count)))
 }
 
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {

@@ -1321,6 +1321,40 @@ func cuMemPoolTrimTo_auto(ctx uintptr, direct bool, pool uintptr, keep uint64) R
 	return cuMemPoolTrimTo_ctx(ctx, pool, keep)
 }
 
+func cuMemPoolSetAccess(pool uintptr, descs unsafe.Pointer, count uint64) Result {
+	fn := fns[sym_cuMemPoolSetAccess]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(descs), uintptr(count))
+	return Result(int32(r))
+}
+
+func cuMemPoolSetAccess_ctx(ctx uintptr, pool uintptr, descs unsafe.Pointer, count uint64) Result {
+	fn := fns[sym_cuMemPoolSetAccess]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(pool), uintptr(descs), uintptr(count))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuMemPoolSetAccess_auto(ctx uintptr, direct bool, pool uintptr, descs unsafe.Pointer, count uint64) Result {
+	if direct {
+		if r := cuMemPoolSetAccess(pool, descs, count); r != ErrInvalidContext {
+			return r
+		}
+	}
+	return cuMemPoolSetAccess_ctx(ctx, pool, descs, count)
+}
+
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {
 	fn := fns[sym_cuMemsetD8_v2]
 	if fn == 0 {

@@ -42,6 +42,7 @@ const (
 	sym_cuMemPoolSetAttribute
 	sym_cuMemPoolGetAttribute
 	sym_cuMemPoolTrimTo
+	sym_cuMemPoolSetAccess
 	sym_cuMemsetD8_v2
 	sym_cuMemsetD32_v2
 	sym_cuMemsetD8Async
@@ -121,6 +122,7 @@ var symNames = [numSyms][]string{
 	sym_cuMemPoolSetAttribute:        {"cuMemPoolSetAttribute"},
 	sym_cuMemPoolGetAttribute:        {"cuMemPoolGetAttribute"},
 	sym_cuMemPoolTrimTo:              {"cuMemPoolTrimTo"},
+	sym_cuMemPoolSetAccess:           {"cuMemPoolSetAccess"},
 	sym_cuMemsetD8_v2:                {"cuMemsetD8_v2"},
 	sym_cuMemsetD32_v2:               {"cuMemsetD32_v2"},
 	sym_cuMemsetD8Async:              {"cuMemsetD8Async"},

@@ -413,6 +413,7 @@ func (x *xfer) peer(dord, sord int) error {
 	if err != nil {
 		return err
 	}
+	enablePeers(dd, sd)
 	if p.nd == 0 {
 		return x.s.MemcpyPeerAsync(cuda.DevicePtr(x.dst.base+uintptr(p.doff)), dd.ctx,
 			cuda.DevicePtr(x.src.base+uintptr(p.soff)), sd.ctx, p.run)

@@ -251,3 +251,36 @@ func AllocPinnedPooled(typ dlpack.DeviceType, dt dlpack.DataType, shape ...int64
 	spec.Ptr = uintptr(b.Ptr())
 	return Wrap(spec, &m.owner)
 }
+
+// peerPairs records the device pairs whose peer access was set up (or
+// found impossible), so that it is tried once per pair.
+var peerPairs sync.Map // [2]int{low, high} -> struct{}
+
+// enablePeers lets devices a and b reach each other's memory directly,
+// once per pair: both contexts' peer access (cuCtxEnablePeerAccess, for
+// memory from cuMemAlloc and other libraries) and both default pools'
+// access (cuMemPoolSetAccess: pool memory does not follow the contexts).
+// Without it the driver stages peer copies through the host: a two-GPU
+// run measured 37 GB/s where CuPy, which enables peer access, got 375.
+// Failures only leave the driver's staged path in place.
+func enablePeers(a, b *devState) {
+	x, y := a.ctx.Device().Ordinal(), b.ctx.Device().Ordinal()
+	if x == y {
+		return
+	}
+	if _, done := peerPairs.LoadOrStore([2]int{min(x, y), max(x, y)}, struct{}{}); done {
+		return
+	}
+	for _, p := range [][2]*devState{{a, b}, {b, a}} {
+		from, to := p[0], p[1]
+		if ok, err := from.ctx.Device().CanAccessPeer(to.ctx.Device()); err != nil || !ok {
+			return
+		}
+		if err := from.ctx.EnablePeerAccess(to.ctx); err != nil {
+			return
+		}
+		if pool, err := to.memPool(); err == nil {
+			pool.SetPeerAccess(from.ctx.Device(), true) // from reads and writes to's pool memory
+		}
+	}
+}

@@ -346,3 +346,39 @@ func TestCopyCUDAPeer(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerCopyEnablesPeerAccess: the first copy between two devices turns
+// on peer access both ways, for the contexts and for both default pools
+// (whose memory does not follow the contexts), once per pair.
+func TestPeerCopyEnablesPeerAccess(t *testing.T) {
+	needFake(t)
+	if n, _ := cuda.DeviceCount(); n < 2 {
+		t.Skip("needs two devices")
+	}
+	src := devWith(t, 0, pattern(4096, 5), dlpack.Uint8Type, 4096)
+	dst, err := zerocopy.AllocCUDA(1, dlpack.Uint8Type, 4096)
+	dst = mustView(t, dst, err)
+	access := func(dev, peer int) int {
+		return int(int32(fakeCall(t, "fakecuda_pool_access", uintptr(dev), uintptr(peer))))
+	}
+	for i := range 2 {
+		sets, enables := fakeCalls(t, "cuMemPoolSetAccess"), fakeCalls(t, "cuCtxEnablePeerAccess")
+		if err := zerocopy.CopyCUDA(dst, src, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 { // an earlier test may have made the pair's first copy
+			if s, e := fakeCalls(t, "cuMemPoolSetAccess")-sets, fakeCalls(t, "cuCtxEnablePeerAccess")-enables; s != 0 || e != 0 {
+				t.Errorf("second copy: %d pool access and %d peer access calls, want none", s, e)
+			}
+		}
+	}
+	if a, b := access(0, 1), access(1, 0); a != 3 || b != 3 {
+		t.Errorf("pool access: cuda:1 to cuda:0's pool %d, cuda:0 to cuda:1's %d; want 3 (read-write) both", a, b)
+	}
+	if got := devBytes(t, dst); !bytes.Equal(got, pattern(4096, 5)) {
+		t.Fatal("peer copy lost data")
+	}
+}

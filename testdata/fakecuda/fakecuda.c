@@ -408,6 +408,7 @@ static void guard_write(uintptr_t dst, size_t n) {
 typedef struct fpool {
     int dev;
     unsigned long long threshold, used, cached;
+    int access[MAXDEV]; /* cuMemPoolSetAccess: the flags granted to each device */
 } fpool;
 static fpool pools[MAXDEV];
 
@@ -1126,6 +1127,30 @@ EXPORT CUresult cuMemPoolGetAttribute(void *h, int attr, void *value) {
     default: RETURN(CUDA_ERROR_INVALID_VALUE);
     }
     RETURN(0);
+}
+
+/* CUmemAccessDesc: a CUmemLocation {type, id} and CUmemAccess_flags. */
+typedef struct { int type, id; int flags; } fmemaccess;
+
+EXPORT CUresult cuMemPoolSetAccess(void *h, const fmemaccess *map, size_t count) {
+    ENTER("cuMemPoolSetAccess");
+    NEED_INIT();
+    fpool *p = pool_of(h);
+    if (!p || (count > 0 && !map)) RETURN(CUDA_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < count; i++) {
+        /* CU_MEM_LOCATION_TYPE_DEVICE = 1; flags NONE 0, READ 1, READWRITE 3. */
+        if (map[i].type != 1 || map[i].id < 0 || map[i].id >= ndev) RETURN(CUDA_ERROR_INVALID_DEVICE);
+        if (map[i].flags != 0 && map[i].flags != 1 && map[i].flags != 3) RETURN(CUDA_ERROR_INVALID_VALUE);
+        if (map[i].id == p->dev && map[i].flags != 3) RETURN(CUDA_ERROR_INVALID_DEVICE); /* the owner keeps RW */
+    }
+    for (size_t i = 0; i < count; i++) p->access[map[i].id] = map[i].flags;
+    RETURN(0);
+}
+
+/* fakecuda_pool_access: the access flags device peer has to dev's pool. */
+EXPORT int fakecuda_pool_access(int dev, int peer) {
+    if (dev < 0 || dev >= ndev || peer < 0 || peer >= ndev) return -1;
+    return dev == peer ? 3 : pools[dev].access[peer];
 }
 
 EXPORT CUresult cuMemPoolTrimTo(void *h, size_t keep) {
