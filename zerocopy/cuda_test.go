@@ -342,9 +342,13 @@ func TestFreeAfterForeignStreamDestroyed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	stale := int(fakeCall(t, "fakecuda_stale_stream_uses"))
 	records, waits := fakeCalls(t, "cuEventRecord"), fakeCalls(t, "cuStreamWaitEvent")
 	frees, syncFrees := fakeCalls(t, "cuMemFreeAsync"), fakeCalls(t, "cuMemFree_v2")
 	v.Close()
+	if got := int(fakeCall(t, "fakecuda_stale_stream_uses")) - stale; got != 0 {
+		t.Errorf("the free named a destroyed stream %d times (the real driver crashes)", got)
+	}
 	if got := fakeCalls(t, "cuEventRecord") - records; got != 0 {
 		t.Errorf("the free recorded %d events (on streams that may be gone), want 0", got)
 	}

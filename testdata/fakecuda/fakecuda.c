@@ -476,6 +476,18 @@ static void drain_ctx(fctx *c) {
 /* Stream handles 0 and 1 are the legacy stream, 2 the per-thread stream, of
  * the calling thread's current context. resolve() answers the stream to
  * queue on (NULL for an implicit stream) and its context. */
+/* Handles of destroyed streams (the last 256): the real driver crashes on
+ * one, the fake counts each use (fakecuda_stale_stream_uses) so that tests
+ * can require none. A new stream at the same address takes it off. */
+static void *destroyed[256];
+static int ndestroyed;
+static long stale_uses;
+
+static void forget_destroyed(void *h) {
+    for (int i = 0; i < ndestroyed && i < 256; i++)
+        if (destroyed[i] == h) destroyed[i] = NULL;
+}
+
 static int resolve(void *h, fstream **out, fctx **c) {
     uintptr_t v = (uintptr_t)h;
     if (v <= 2) {
@@ -486,7 +498,11 @@ static int resolve(void *h, fstream **out, fctx **c) {
         return 0;
     }
     fstream *s = reg_find(h, H_STREAM);
-    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    if (!s) {
+        for (int i = 0; i < ndestroyed && i < 256; i++)
+            if (destroyed[i] == h) stale_uses++;
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     if (!s->ctx->active) return CUDA_ERROR_INVALID_CONTEXT;
     *out = s;
     *c = s->ctx;
@@ -1147,6 +1163,14 @@ EXPORT CUresult cuMemPoolSetAccess(void *h, const fmemaccess *map, size_t count)
     RETURN(0);
 }
 
+/* fakecuda_stale_stream_uses: calls that named a destroyed stream. */
+EXPORT long fakecuda_stale_stream_uses(void) {
+    pthread_mutex_lock(&mu);
+    long n = stale_uses;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
 /* fakecuda_pool_access: the access flags device peer has to dev's pool. */
 EXPORT int fakecuda_pool_access(int dev, int peer) {
     if (dev < 0 || dev >= ndev || peer < 0 || peer >= ndev) return -1;
@@ -1451,6 +1475,7 @@ EXPORT CUresult cuStreamCreateWithPriority(void **ps, unsigned int flags, int pr
     }
     streams[nstreams++] = s;
     reg_add(s, H_STREAM);
+    forget_destroyed(s);
     *ps = s;
     RETURN(0);
 }
@@ -1469,6 +1494,7 @@ EXPORT CUresult cuStreamDestroy_v2(void *h) {
     fstream *s = reg_find(h, H_STREAM);
     if (!s) RETURN(CUDA_ERROR_INVALID_HANDLE);
     free_stream(s);
+    destroyed[ndestroyed++ % 256] = h;
     RETURN(0);
 }
 

@@ -121,6 +121,17 @@ class CAIOnly:
 '''
 
 
+# Runs last in every script: tensors the script dropped are freed, and no
+# driver call may have named a destroyed stream (the real driver crashes).
+EPILOGUE = r'''
+import gc
+gc.collect()
+fake.fakecuda_stale_stream_uses.restype = ctypes.c_long
+assert fake.fakecuda_stale_stream_uses() == 0, "a driver call named a destroyed stream"
+print('SCRIPT-OK')
+'''
+
+
 def run(fake_lib, body, fastpath=True):
     env = dict(os.environ, DLBRIDGE_LIBCUDA=fake_lib, FAKECUDA_DEVICES="2")
     env.pop("DLBRIDGE_GPU", None)
@@ -128,7 +139,7 @@ def run(fake_lib, body, fastpath=True):
         env["DLBRIDGE_NO_FASTPATH"] = "1"
     else:
         env.pop("DLBRIDGE_NO_FASTPATH", None)
-    script = PRELUDE + textwrap.dedent(body) + "\nprint('SCRIPT-OK')\n"
+    script = PRELUDE + textwrap.dedent(body) + EPILOGUE
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "SCRIPT-OK" in r.stdout, "script failed:\n%s\n%s" % (r.stdout, r.stderr)
 
@@ -349,3 +360,24 @@ def test_exchange_api_consumer_of_a_cai_import(fake_lib):
     ctypes.CFUNCTYPE(None, vp)(vp.from_address(mt.value + 16).value)(mt)  # the deleter
     assert got == [6.0], got
     ''')
+
+
+@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
+def test_free_after_the_consumer_stream_is_destroyed(fake_lib, fastpath):
+    """A tensor exported to consumers' streams (DLPack stream=, copy_ on
+    theirs) is freed after those streams are destroyed: the free waits for
+    the marked uses and names no destroyed stream (on the H100 the chain
+    matrix crashed in cuEventRecord on one)."""
+    run(fake_lib, r'''
+    import numpy as np
+    g = dlbridge.arange(1 << 12, dtype="float32", device="cuda")
+    c1, c2 = new_stream("c1"), new_stream("c2")
+    cap = g.__dlpack__(stream=c1)
+    del cap
+    g.copy_(np.ones(1 << 12, dtype=np.float32), stream=c2, non_blocking=True)
+    assert g.sum() == float(1 << 12)
+    for s in (c1, c2):
+        assert fake.cuStreamSynchronize(vp(s)) == 0
+        assert fake.cuStreamDestroy_v2(vp(s)) == 0
+    del g
+    ''', fastpath)
