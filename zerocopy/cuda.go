@@ -102,9 +102,10 @@ type cudaMemory struct {
 	ptr   cuda.DevicePtr
 	async *cuda.Stream // nil: cuMemFree
 
-	mu   sync.Mutex
-	used map[uintptr]pooledEvent // per other stream that used the memory: an event after its last use
-	lost bool                    // a use could not be marked: free synchronously
+	mu       sync.Mutex
+	used     map[uintptr]pooledEvent // per other stream that used the memory: an event after its last use
+	defaults [3]bool                 // the legacy (1) and per-thread (2) default streams used it
+	lost     bool                    // a use could not be marked: free synchronously
 }
 
 // noteUse marks the work queued so far on stream h (another library's
@@ -112,9 +113,18 @@ type cudaMemory struct {
 // event recorded now, so that the free waits for it. The handle itself is
 // not kept: its owner may destroy the stream before the memory is freed,
 // and the driver crashes on a destroyed stream's handle (seen in the chain
-// matrix on the H100, cuEventRecord in Release).
+// matrix on the H100, cuEventRecord in Release). The default streams are
+// the exception: they live as long as the context, so the free orders
+// after them itself, and an export to them (what PyTorch asks for on its
+// default stream) costs no driver call.
 func (m *cudaMemory) noteUse(h uintptr, viewDev dlpack.Device) {
 	if m.async == nil || h == 0 || h == m.async.Handle() {
+		return
+	}
+	if h == cuda.StreamHandleLegacy || h == cuda.StreamHandlePerThread {
+		m.mu.Lock()
+		m.defaults[h] = true
+		m.mu.Unlock()
 		return
 	}
 	e, d, err := markStream(h, -1, viewDev)
@@ -139,11 +149,17 @@ func (m *cudaMemory) noteUse(h uintptr, viewDev dlpack.Device) {
 // handler set by SetCUDAErrorHandler.
 func (m *cudaMemory) Release() {
 	m.mu.Lock()
-	used, lost := m.used, m.lost
+	used, defaults, lost := m.used, m.defaults, m.lost
 	m.used = nil
 	m.mu.Unlock()
 	if m.async != nil && m.async.Handle() != 0 && !lost {
 		var err error
+		dev := dlpack.CUDADevice(m.d.ctx.Device().Ordinal())
+		for h, usedIt := range defaults {
+			if usedIt && err == nil {
+				err = waitStream(m.async, uintptr(h), m.d.ctx.Device().Ordinal(), dev)
+			}
+		}
 		for _, u := range used {
 			// A queued wait keeps the record it saw: the event can go
 			// back to the pool at once.

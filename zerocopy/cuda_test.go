@@ -314,7 +314,8 @@ func TestAllocCUDAAsync(t *testing.T) {
 // another library's stream (a copy on it, an export to it) is freed after
 // that work although the stream was destroyed in between: the uses were
 // marked with events when they were queued, and the free touches no
-// foreign stream handle (the real driver crashes on a destroyed one).
+// foreign stream handle (the real driver crashes on a destroyed one). Uses
+// by the legacy default stream are ordered at the free itself.
 func TestFreeAfterForeignStreamDestroyed(t *testing.T) {
 	needFake(t)
 	ctx := retain(t, 0)
@@ -337,6 +338,9 @@ func TestFreeAfterForeignStreamDestroyed(t *testing.T) {
 	if err := v.OrderBefore(consumer.Handle()); err != nil {
 		t.Fatal(err)
 	}
+	if err := v.OrderBefore(cuda.StreamHandleLegacy); err != nil { // PyTorch's default stream
+		t.Fatal(err)
+	}
 	for _, s := range []*cuda.Stream{theirs, consumer} {
 		if err := s.Destroy(); err != nil {
 			t.Fatal(err)
@@ -349,11 +353,11 @@ func TestFreeAfterForeignStreamDestroyed(t *testing.T) {
 	if got := int(fakeCall(t, "fakecuda_stale_stream_uses")) - stale; got != 0 {
 		t.Errorf("the free named a destroyed stream %d times (the real driver crashes)", got)
 	}
-	if got := fakeCalls(t, "cuEventRecord") - records; got != 0 {
-		t.Errorf("the free recorded %d events (on streams that may be gone), want 0", got)
+	if got := fakeCalls(t, "cuEventRecord") - records; got != 1 {
+		t.Errorf("the free recorded %d events, want 1 (on the legacy stream, which outlives it; none on streams that may be gone)", got)
 	}
-	if got := fakeCalls(t, "cuStreamWaitEvent") - waits; got != 2 {
-		t.Errorf("the free waited for %d marked uses, want 2 (the copy's stream and the consumer's)", got)
+	if got := fakeCalls(t, "cuStreamWaitEvent") - waits; got != 3 {
+		t.Errorf("the free waited for %d uses, want 3 (the copy's stream, the consumer's, the legacy stream)", got)
 	}
 	if got, sync := fakeCalls(t, "cuMemFreeAsync")-frees, fakeCalls(t, "cuMemFree_v2")-syncFrees; got != 1 || sync != 0 {
 		t.Errorf("frees: %d stream-ordered, %d synchronous; want 1 and 0", got, sync)
