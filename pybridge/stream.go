@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
 // Streams and events that Python creates (dlbridge.Stream, dlbridge.Event).
@@ -47,15 +48,9 @@ var (
 	events  Table[*eventEntry]
 )
 
-// streamCtxs holds one retained primary context per device, for the life
-// of the process (streams and events are made in it, foreign stream handles
-// are wrapped in it).
-var streamCtxs struct {
-	sync.Mutex
-	ctxs map[int32]*cuda.Context
-}
-
-// deviceContext is the retained primary context of CUDA device dev.
+// deviceContext is CUDA device dev's primary context, the one zerocopy
+// retains for the life of the process (streams and events are made in it,
+// foreign stream handles are wrapped in it), after checking dev.
 func deviceContext(dev int32) (*cuda.Context, error) {
 	n, err := cuda.DeviceCount()
 	if err != nil {
@@ -64,19 +59,10 @@ func deviceContext(dev int32) (*cuda.Context, error) {
 	if dev < 0 || int(dev) >= n {
 		return nil, Errorf(ValueError, "dlbridge: cuda:%d: there are %d CUDA devices (valid ids 0..%d)", dev, n, n-1)
 	}
-	streamCtxs.Lock()
-	defer streamCtxs.Unlock()
-	if c := streamCtxs.ctxs[dev]; c != nil {
-		return c, nil
-	}
-	c, err := cuda.Retain(int(dev))
+	c, err := zerocopy.DeviceContext(int(dev))
 	if err != nil {
 		return nil, WithCode(RuntimeError, err)
 	}
-	if streamCtxs.ctxs == nil {
-		streamCtxs.ctxs = map[int32]*cuda.Context{}
-	}
-	streamCtxs.ctxs[dev] = c
 	return c, nil
 }
 
@@ -181,18 +167,7 @@ func WaitStream(consumer uintptr, cdev int32, producer uintptr, pdev int32) erro
 	if cs.Handle() == ps.Handle() && cdev == pdev {
 		return nil
 	}
-	// A fresh event per wait: cuStreamWaitEvent captures the record it
-	// follows when it is queued, and destroying the event right after is
-	// allowed (the driver frees it once the wait is done).
-	ev, err := ps.Context().NewEvent(0)
-	if err != nil {
-		return WithCode(RuntimeError, err)
-	}
-	defer ev.Destroy()
-	if err := ev.Record(ps); err != nil {
-		return WithCode(RuntimeError, err)
-	}
-	return WithCode(RuntimeError, cs.WaitEvent(ev))
+	return WithCode(RuntimeError, zerocopy.OrderAfter(cs, ps))
 }
 
 // NewEvent returns the handle of a new event, created in the driver when it

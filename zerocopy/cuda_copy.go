@@ -440,10 +440,10 @@ func (x *xfer) peer(dord, sord int) error {
 		return err
 	}
 	// x.s already waited for the pending writes; hand its position over.
-	if err := orderAfter(ss, x.s); err != nil {
+	if err := OrderAfter(ss, x.s); err != nil {
 		return err
 	}
-	if err := orderAfter(ds, x.s); err != nil {
+	if err := OrderAfter(ds, x.s); err != nil {
 		return err
 	}
 	pack := xfer{c: x.c, d: sd, s: ss, shape: x.shape, is: x.is,
@@ -451,7 +451,7 @@ func (x *xfer) peer(dord, sord int) error {
 	if err := pack.deviceToDevice(); err != nil {
 		return err
 	}
-	if err := orderAfter(ds, ss); err != nil {
+	if err := OrderAfter(ds, ss); err != nil {
 		return err
 	}
 	if err := ds.MemcpyPeerAsync(cuda.DevicePtr(t2), dd.ctx, cuda.DevicePtr(t1), sd.ctx, nb); err != nil {
@@ -462,7 +462,7 @@ func (x *xfer) peer(dord, sord int) error {
 	if err := unpack.deviceToDevice(); err != nil {
 		return err
 	}
-	if err := orderAfter(x.s, ds); err != nil {
+	if err := OrderAfter(x.s, ds); err != nil {
 		return err
 	}
 	// The temporaries are freed on return: wait for the work using them.

@@ -316,7 +316,9 @@ func (d *devState) putEvent(e *cuda.Event) {
 // pooled event: record on h, wait, give the event back at once (the wait
 // keeps the record it saw).
 func waitStream(consumer *cuda.Stream, h uintptr, dev int, viewDev dlpack.Device) error {
-	if h == 0 || h == consumer.Handle() {
+	// The same handle of another device is another stream: the default
+	// streams 1 and 2 have one handle in every context.
+	if h == 0 || h == consumer.Handle() && (dev < 0 || dev == consumer.Context().Device().Ordinal()) {
 		return nil
 	}
 	if dev < 0 {
@@ -362,8 +364,10 @@ func markStream(h uintptr, dev int, viewDev dlpack.Device) (*cuda.Event, *devSta
 	return nil, nil, err
 }
 
-// orderAfter makes consumer wait for the work queued so far on producer.
-func orderAfter(consumer, producer *cuda.Stream) error {
+// OrderAfter makes stream consumer wait for the work queued so far on
+// stream producer (of the same device or another), with an event from the
+// device's pool, never blocking the host.
+func OrderAfter(consumer, producer *cuda.Stream) error {
 	return waitStream(consumer, producer.Handle(), producer.Context().Device().Ordinal(), dlpack.Device{})
 }
 
@@ -394,6 +398,17 @@ func WorkStream(dev int) (*cuda.Stream, error) {
 		return nil, fmt.Errorf("zerocopy: WorkStream(%d): %w", dev, err)
 	}
 	return s, nil
+}
+
+// DeviceContext returns CUDA device dev's primary context as this package
+// retains it for the life of the process: the context its work streams,
+// memory and events belong to (and PyTorch's, CuPy's and JAX's).
+func DeviceContext(dev int) (*cuda.Context, error) {
+	d, err := device(dev)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: DeviceContext(%d): %w", dev, err)
+	}
+	return d.ctx, nil
 }
 
 // StreamOf returns the stream with handle h (a CUstream another library
