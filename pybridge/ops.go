@@ -4,7 +4,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -316,11 +315,6 @@ func PointerDevice(p uintptr) (int32, error) {
 	return int32(ord), nil
 }
 
-var spinKernels struct {
-	sync.Mutex
-	k map[int]*cuda.Kernels
-}
-
 // DebugSpinWrite queues, on the work stream, a kernel that busy-waits for
 // spin and then writes value into every element of a contiguous CUDA tensor
 // of a 4-byte dtype (its bits: 0x3f800000 is float32 1.0). It returns at
@@ -346,19 +340,10 @@ func DebugSpinWrite(t *Tensor, value uint32, spin time.Duration) error {
 	if err := v.OrderBefore(s.Handle()); err != nil {
 		return engineErr(err)
 	}
-	spinKernels.Lock()
-	k := spinKernels.k[int(d.ID)]
-	if k == nil {
-		if k, err = s.Context().LoadKernels(); err != nil {
-			spinKernels.Unlock()
-			return engineErr(err)
-		}
-		if spinKernels.k == nil {
-			spinKernels.k = map[int]*cuda.Kernels{}
-		}
-		spinKernels.k[int(d.ID)] = k
+	k, err := zerocopy.Kernels(int(d.ID))
+	if err != nil {
+		return engineErr(err)
 	}
-	spinKernels.Unlock()
 	if n := v.Len(); n > 0 {
 		if err := k.SpinThenWrite(s, cuda.DevicePtr(v.Ptr()), n, value, spin); err != nil {
 			return engineErr(err)

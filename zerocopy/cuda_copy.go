@@ -340,6 +340,21 @@ func (x *xfer) deviceToDevice() error {
 	return x.d.kernelCopy(x.s, &p, x.dst.base, x.src.base)
 }
 
+// Kernels returns CUDA device dev's built-in kernels (package cuda's PTX:
+// fills, strided copies, the test spin-write), loaded once per process on
+// first use and shared by everything that launches them.
+func Kernels(dev int) (*cuda.Kernels, error) {
+	d, err := device(dev)
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: Kernels(%d): %w", dev, err)
+	}
+	k, err := d.kernels()
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: Kernels(%d): %w", dev, err)
+	}
+	return k, nil
+}
+
 // kernels returns the device's built-in kernels, loading them on first use.
 func (d *devState) kernels() (*cuda.Kernels, error) {
 	d.kmu.Lock()
