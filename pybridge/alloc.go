@@ -69,7 +69,7 @@ func checkDevice(d dlpack.Device) error {
 			return noGPU(d)
 		}
 		if int(d.ID) >= n || d.ID < 0 {
-			return Errorf(ValueError, "dlbridge: device %s: there are %d CUDA devices", d, n)
+			return Errorf(ValueError, "dlbridge: device %s: there are %d CUDA devices (valid ids 0..%d)", d, n, n-1)
 		}
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
 	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
@@ -52,12 +53,8 @@ var (
 // retains for the life of the process (streams and events are made in it,
 // foreign stream handles are wrapped in it), after checking dev.
 func deviceContext(dev int32) (*cuda.Context, error) {
-	n, err := cuda.DeviceCount()
-	if err != nil {
-		return nil, Errorf(RuntimeError, "dlbridge: cuda:%d: no CUDA driver or device available (%v)", dev, err)
-	}
-	if dev < 0 || int(dev) >= n {
-		return nil, Errorf(ValueError, "dlbridge: cuda:%d: there are %d CUDA devices (valid ids 0..%d)", dev, n, n-1)
+	if err := checkDevice(dlpack.CUDADevice(int(dev))); err != nil {
+		return nil, err
 	}
 	c, err := zerocopy.DeviceContext(int(dev))
 	if err != nil {
