@@ -18,6 +18,8 @@ the arguments it parses itself (__dlpack__'s stream, dl_device, max_version):
 
 import operator
 
+from . import _lib
+
 # (name, lowest, highest) of the C types values are stored in.
 INT32 = ("int32", -(2**31), 2**31 - 1)
 UINT32 = ("uint32", 0, 2**32 - 1)
@@ -133,3 +135,28 @@ def as_int64_bits(v):
     """A uint64 value (a pointer-sized handle) as the int64 with the same
     bits, for a C parameter declared int64_t."""
     return v - 2**64 if v > INT64[2] else v
+
+
+def device(device):
+    """(device_type, device_id) for "cpu", "cuda", "cuda:N", a torch.device,
+    a (type, id) pair such as __dlpack_device__() returns, or None."""
+    if device is None:
+        return None
+    if isinstance(device, tuple) and len(device) == 2:
+        return pair(device, "device", INT32)
+    text = str(device).strip().lower()
+    name, _, idx = text.partition(":")
+    code = _lib.DEVICE_CODES.get(name)
+    if code is None:
+        raise ValueError(
+            "dlbridge: unknown device %r (want 'cpu', 'cuda' or 'cuda:N')" % (device,)
+        )
+    if idx:
+        if not (idx.isascii() and idx.isdigit()):
+            raise ValueError("dlbridge: device %r: %r is not a device number" % (device, idx))
+        i = integer(int(idx), "device %r: id" % (device,), INT32, 0)
+    else:
+        i = 0
+    if code == _lib.CPU and i != 0:
+        raise ValueError("dlbridge: device %r: the host is 'cpu' (device 0)" % (device,))
+    return (code, i)

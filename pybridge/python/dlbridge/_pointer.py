@@ -3,6 +3,7 @@
 import ctypes
 import operator
 
+from . import _convert as C
 from . import _lib, _tensor
 from ._lib import CPU, CUDA, CUDA_HOST, CUDA_MANAGED
 from ._stream import as_stream_handle
@@ -101,7 +102,7 @@ def from_pointer(ptr, shape, dtype, *, device="cuda:0", strides=None, readonly=F
                                 "got %r" % (strides,)) from None
             if len(st) != len(dims):
                 raise ValueError("dlbridge: from_pointer: %d strides for %d dimensions" % (len(st), len(dims)))
-        dev = _tensor._parse_device(device)
+        dev = C.device(device)
         if dev[0] not in (CPU, CUDA, CUDA_HOST, CUDA_MANAGED):
             raise ValueError("dlbridge: from_pointer: device %r: only cpu, cuda:N, cuda_host and cuda_managed "
                              "memory can be wrapped" % (device,))

@@ -144,15 +144,10 @@ def _device_ordinal(device):
             raise ValueError("dlbridge: device %r is not a CUDA device" % (device,))
         n = operator.index(device[1])
     else:
-        text = str(device).strip().lower()
-        name, _, idx = text.partition(":")
-        if name != "cuda":
+        code, n = C.device(device)  # the one parser of device names
+        if code != _lib.CUDA:
             raise ValueError("dlbridge: streams live on CUDA devices; got device %r (want 'cuda' or 'cuda:N')"
                              % (device,))
-        try:
-            n = int(idx) if idx else 0
-        except ValueError:
-            raise ValueError("dlbridge: device %r: %r is not a device number" % (device, idx)) from None
     if not 0 <= n <= _I32_MAX:
         raise ValueError("dlbridge: device %d is out of range (0 <= device < 2**31)" % n)
     return n

@@ -16,31 +16,6 @@ _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 
 
-def _parse_device(device):
-    """(device_type, device_id) for "cpu", "cuda", "cuda:N", a torch.device,
-    a (type, id) pair such as __dlpack_device__() returns, or None."""
-    if device is None:
-        return None
-    if isinstance(device, tuple) and len(device) == 2:
-        return C.pair(device, "device", C.INT32)
-    text = str(device).strip().lower()
-    name, _, idx = text.partition(":")
-    code = _lib.DEVICE_CODES.get(name)
-    if code is None:
-        raise ValueError(
-            "dlbridge: unknown device %r (want 'cpu', 'cuda' or 'cuda:N')" % (device,)
-        )
-    if idx:
-        if not (idx.isascii() and idx.isdigit()):
-            raise ValueError("dlbridge: device %r: %r is not a device number" % (device, idx))
-        i = C.integer(int(idx), "device %r: id" % (device,), C.INT32, 0)
-    else:
-        i = 0
-    if code == CPU and i != 0:
-        raise ValueError("dlbridge: device %r: the host is 'cpu' (device 0)" % (device,))
-    return (code, i)
-
-
 def _device_name(dev):
     t, i = dev
     name = _lib.DEVICE_NAMES.get(t, "device%d" % t)
@@ -467,7 +442,7 @@ class Tensor(_Base):
         (dlbridge's readers and exports wait for it); a new host array from
         the device is pinned memory from the pinned pool and holds the data
         on return."""
-        want = _parse_device(device)
+        want = C.device(device)
         if want == self._dev and not copy:
             return self
         h = copy_stream(stream, _cuda_devices(self._dev, want))
@@ -645,21 +620,21 @@ def empty(shape, dtype="float32", device="cpu"):
     "cuda:N" from the device's stream-ordered pool, "cuda_host" page-locked
     host memory from the pinned pool."""
     dims = _shape_arg(shape)
-    dev = _parse_device(device)
+    dev = C.device(device)
     return _new(_lib.empty, _dtype_bytes(dtype), len(dims), _i64_array(dims), dev[0], dev[1], 0)
 
 
 def zeros(shape, dtype="float32", device="cpu"):
     """A new zero-filled tensor allocated by Go."""
     dims = _shape_arg(shape)
-    dev = _parse_device(device)
+    dev = C.device(device)
     return _new(_lib.empty, _dtype_bytes(dtype), len(dims), _i64_array(dims), dev[0], dev[1], 1)
 
 
 def arange(n, dtype="int64", device="cpu"):
     """0, 1, ..., n-1 as a 1-d tensor made in Go (int64 by default, as in
     NumPy and PyTorch)."""
-    dev = _parse_device(device)
+    dev = C.device(device)
     return _new(_lib.arange, C.integer(n, "n"), _dtype_bytes(dtype), dev[0], dev[1])
 
 
@@ -792,7 +767,7 @@ def from_dlpack(obj, *, device=None, copy=None):
     """A dlbridge.Tensor from any __dlpack__ producer or a DLPack capsule,
     zero-copy unless a copy is asked for (copy=True) or needed (device
     differs). copy=False makes a needed copy a BufferError."""
-    want = None if device is None else _parse_device(device)
+    want = None if device is None else C.device(device)
     if isinstance(obj, CapsuleType):
         t = _take_capsule(obj)
     else:
