@@ -57,6 +57,11 @@ def out_of_range(field, v, ctype, lo=None, hi=None, exc=ValueError):
                % (field, v, name, tlo if lo is None else lo, thi if hi is None else hi))
 
 
+def _plain_int(value):
+    """An int or an int subclass other than bool (IntEnum members)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _index(value, field):
     """operator.index(value), bools refused, with our TypeError."""
     if type(value) is int:  # the common case, first (a bool's type is bool)
@@ -126,6 +131,8 @@ def pair(value, field, ctype):
         _, lo, hi = ctype
         if type(a) is int and type(b) is int and lo <= a <= hi and lo <= b <= hi:
             return value  # the common case, without a call per item
+        if _plain_int(a) and _plain_int(b) and lo <= a <= hi and lo <= b <= hi:
+            return (int(a), int(b))  # IntEnum members: PyTorch's __dlpack_device__
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError("dlbridge: %s=%s (%s) is not a pair of integers" % (field, show(value), type(value).__name__))
     return integers(value, field, ctype)
