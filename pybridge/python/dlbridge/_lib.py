@@ -148,7 +148,7 @@ def _load_extension():
         "CTensor": _core.CTensor,
         "wrap": _core.wrap,
         "take": _core.take,
-        "exchange_import": _core.exchange_import,
+        "from_dlpack": _core.from_dlpack,
         "set_tensor_class": _core.set_tensor_class,
     }
 

@@ -138,7 +138,7 @@ if _core is not None:
     _Base = _core["CTensor"]
     _core_wrap = _core["wrap"]
     _core_take = _core["take"]
-    _core_exchange = _core["exchange_import"]
+    _core_from_dlpack = _core["from_dlpack"]
 else:
     _Base = _PyTensorBase
 
@@ -767,21 +767,18 @@ def from_dlpack(obj, *, device=None, copy=None):
     """A dlbridge.Tensor from any __dlpack__ producer or a DLPack capsule,
     zero-copy unless a copy is asked for (copy=True) or needed (device
     differs). copy=False makes a needed copy a BufferError."""
+    if _core is not None and device is None and copy is None:
+        # The common case in one C call (_core.c's from_dlpack: capsules,
+        # DLPack 1.3's C exchange API of PyTorch 2.11 and dlbridge, and
+        # __dlpack__); it leaves the unusual cases and every error message to
+        # the code below.
+        t = _core_from_dlpack(Tensor, obj, _legacy_producers)
+        if t is not NotImplemented:
+            return t
     want = None if device is None else C.device(device)
     if isinstance(obj, CapsuleType):
         t = _take_capsule(obj)
     else:
-        if _core is not None and want is None and copy is None:
-            # DLPack 1.3's C exchange API (PyTorch 2.11, dlbridge): no
-            # Python-level __dlpack__, the producer's stream ordered by event.
-            api = getattr(type(obj), "__dlpack_c_exchange_api__", None)
-            # A dlbridge tensor with a write pending on a stream other than
-            # the work stream (a CAI import) goes through __dlpack__, which
-            # orders it: the exchange API's consumer orders itself after the
-            # producer's work stream only.
-            if api is not None and not (isinstance(obj, Tensor) and obj._dev[0] == CUDA
-                                        and obj._stream not in (0, _work_stream(obj._dev[1]))):
-                return _core_exchange(Tensor, obj, api)
         producer = getattr(obj, "__dlpack__", None)
         if producer is None:
             raise TypeError(

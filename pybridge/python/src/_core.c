@@ -9,7 +9,7 @@
 // dlbridge must not start the Go runtime. dlbridge._lib loads the library at
 // the first call that needs it and hands its table of entry points (pyabi.h)
 // to bind(); the functions here that can be a process's first dlbridge call
-// (take, exchange_import) ask dlbridge._lib to load it.
+// (take, from_dlpack) ask dlbridge._lib to load it.
 //
 // Ownership. A handle (pybridge's table) holds one reference on a tensor's
 // memory. _CTensor wraps the handle in a keeper: a C refcount that the
@@ -779,14 +779,19 @@ static PyObject *m_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 // renames it, hands the tensor to Go, and returns a cls instance. producer,
 // when given, is the object whose __dlpack__ returned capsule (named in the
 // error when it is not a capsule).
+static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer);
+
 static PyObject *m_take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 2, 3, "take") < 0) return NULL;
-	PyObject *cap = args[1];
+	return take_capsule(args[0], args[1], nargs == 3 ? args[2] : Py_None);
+}
+
+static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer) {
 	if (!PyCapsule_CheckExact(cap)) {
 		PyObject *rn = type_name(cap);
 		if (!rn) return NULL;
-		if (nargs == 3 && args[2] != Py_None) {
-			PyObject *pn = type_name(args[2]);
+		if (producer != Py_None) {
+			PyObject *pn = type_name(producer);
 			if (pn) {
 				PyErr_Format(PyExc_TypeError, "dlbridge: %U.__dlpack__() returned %U, not a PyCapsule", pn, rn);
 				Py_DECREF(pn);
@@ -828,7 +833,7 @@ static PyObject *m_take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 		raise_last(rc);
 		return NULL;
 	}
-	return new_tensor(args[0], h, &info);
+	return new_tensor(cls, h, &info);
 }
 
 // The DLPack 1.3 exchange API (dlpack.h), consumer and producer sides.
@@ -850,9 +855,8 @@ typedef struct {
 // exchange_import(cls, obj, api_capsule): obj's producer exports through its
 // C exchange API (no Python-level __dlpack__); its current stream is
 // ordered before our work stream.
-static PyObject *m_exchange_import(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 3, 3, "exchange_import") < 0) return NULL;
-	dlb_exchange_api *ex = PyCapsule_GetPointer(args[2], "dlpack_exchange_api");
+static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
+	dlb_exchange_api *ex = PyCapsule_GetPointer(api, "dlpack_exchange_api");
 	if (!ex) return NULL;
 	if (ex->header.version.major != 1 || !ex->managed_tensor_from_py_object_no_sync) {
 		PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's DLPack exchange API has an unsupported version");
@@ -860,7 +864,7 @@ static PyObject *m_exchange_import(PyObject *mod, PyObject *const *args, Py_ssiz
 	}
 	NEED_LIBRARY(return NULL);
 	dlb_DLManagedTensorVersioned *mt = NULL;
-	if (ex->managed_tensor_from_py_object_no_sync(args[1], &mt) != 0 || !mt) {
+	if (ex->managed_tensor_from_py_object_no_sync(obj, &mt) != 0 || !mt) {
 		if (!PyErr_Occurred()) PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's exchange API failed");
 		return NULL;
 	}
@@ -881,7 +885,7 @@ static PyObject *m_exchange_import(PyObject *mod, PyObject *const *args, Py_ssiz
 			raise_last(rc);
 			return NULL;
 		}
-		return new_tensor(args[0], h, &info);
+		return new_tensor(cls, h, &info);
 	}
 	uint64_t h;
 	dlb_info info;
@@ -890,7 +894,137 @@ static PyObject *m_exchange_import(PyObject *mod, PyObject *const *args, Py_ssiz
 		raise_last(rc);
 		return NULL;
 	}
-	return new_tensor(args[0], h, &info);
+	return new_tensor(cls, h, &info);
+}
+
+// ---- from_dlpack's common case ----
+
+static PyObject *s_dlpack, *s_dlpack_device, *s_exchange_api, *max_version_13;
+
+// exchange_apis maps a producer type to its __dlpack_c_exchange_api__
+// capsule or None: looking the attribute up on the type each time would
+// raise and clear an AttributeError for every producer without one. Types
+// are few; past EXCHANGE_CACHE_MAX the lookup is simply not cached.
+static PyObject *exchange_apis;
+#define EXCHANGE_CACHE_MAX 64
+
+// exchange_api returns a borrowed reference to tp's exchange API capsule,
+// Py_None when it has none, or NULL with an exception.
+static PyObject *exchange_api(PyTypeObject *tp) {
+	PyObject *api = PyDict_GetItemWithError(exchange_apis, (PyObject *)tp);
+	if (api || PyErr_Occurred()) return api;
+	api = PyObject_GetAttr((PyObject *)tp, s_exchange_api);
+	if (!api) {
+		if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+		PyErr_Clear();
+		api = Py_None;
+		Py_INCREF(api);
+	}
+	if (PyDict_Size(exchange_apis) < EXCHANGE_CACHE_MAX && PyDict_SetItem(exchange_apis, (PyObject *)tp, api) < 0) {
+		Py_DECREF(api);
+		return NULL;
+	}
+	Py_DECREF(api); // the dict holds it (or the type does, uncached)
+	return api;
+}
+
+// work_streams caches dlb_work_stream, fixed per device for the process.
+#define WORK_STREAM_CACHE 64
+static _Atomic int64_t work_streams[WORK_STREAM_CACHE];
+
+static int64_t work_stream(int32_t dev_id) {
+	if (dev_id < 0 || dev_id >= WORK_STREAM_CACHE) return T->work_stream(dev_id);
+	int64_t s = atomic_load_explicit(&work_streams[dev_id], memory_order_relaxed);
+	if (!s) atomic_store_explicit(&work_streams[dev_id], s = T->work_stream(dev_id), memory_order_relaxed);
+	return s;
+}
+
+// device_pair reads a __dlpack_device__() result that is a tuple of two
+// ints (or int subclasses such as PyTorch's IntEnum) in int32 range; 0
+// for anything else, which the Python path then explains.
+static int device_pair(PyObject *v, int32_t out[2]) {
+	if (!PyTuple_CheckExact(v) || PyTuple_Size(v) != 2) return 0;
+	for (int k = 0; k < 2; k++) {
+		PyObject *e = PyTuple_GetItem(v, k);
+		if (!PyLong_Check(e) || PyBool_Check(e)) return 0;
+		int overflow = 0;
+		long long x = PyLong_AsLongLongAndOverflow(e, &overflow);
+		if (overflow || x < INT32_MIN || x > INT32_MAX) return 0;
+		out[k] = (int32_t)x;
+	}
+	return 1;
+}
+
+// from_dlpack(cls, obj, legacy) is dlbridge.from_dlpack(obj) without
+// device= or copy=, in one call: a capsule is taken; a producer with a C
+// exchange API exports through it; any other producer is asked for
+// __dlpack__(stream=<our work stream for CUDA, else None>,
+// max_version=(1, 3)), or for __dlpack__(stream=...) when its type is in
+// the set legacy (producers that refuse max_version). It returns
+// NotImplemented where the Python path must decide (a device pair that is
+// not two ints, a TypeError from a producer not yet known as legacy, a
+// dlbridge tensor whose write is pending on a stream of another library),
+// so that every error message and retry has one home, in Python.
+static PyObject *m_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "from_dlpack") < 0) return NULL;
+	PyObject *cls = args[0], *obj = args[1], *legacy = args[2];
+	if (PyCapsule_CheckExact(obj)) return take_capsule(cls, obj, Py_None);
+	PyObject *api = exchange_api(Py_TYPE(obj));
+	if (!api) return NULL;
+	int pending_elsewhere = 0;
+	if (is_ctensor(obj)) {
+		CTensor *t = (CTensor *)obj;
+		if (t->dev_type == DLB_CUDA && t->stream) {
+			NEED_LIBRARY(return NULL);
+			pending_elsewhere = (int64_t)t->stream != work_stream(t->dev_id);
+		}
+	}
+	// A dlbridge tensor with a write pending on another library's stream
+	// goes through __dlpack__, which orders it: the exchange API's consumer
+	// orders itself after the producer's work stream only.
+	if (api != Py_None && !pending_elsewhere) return exchange_import(cls, obj, api);
+	PyObject *dev = PyObject_CallMethodObjArgs(obj, s_dlpack_device, NULL);
+	if (!dev) {
+		if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+		PyErr_Clear(); // no __dlpack_device__: the Python path says what is missing
+		Py_RETURN_NOTIMPLEMENTED;
+	}
+	int32_t pair[2];
+	int ok = device_pair(dev, pair);
+	Py_DECREF(dev);
+	if (!ok) Py_RETURN_NOTIMPLEMENTED;
+	PyObject *stream = Py_None;
+	if (pair[0] == DLB_CUDA) {
+		NEED_LIBRARY(return NULL);
+		stream = PyLong_FromLongLong(work_stream(pair[1]));
+		if (!stream) return NULL;
+	} else {
+		Py_INCREF(stream);
+	}
+	int is_legacy = PySet_Contains(legacy, (PyObject *)Py_TYPE(obj));
+	PyObject *cap = NULL;
+	if (is_legacy == 1 && stream == Py_None) {
+		cap = PyObject_CallMethodObjArgs(obj, s_dlpack, NULL);
+	} else if (is_legacy >= 0) {
+		PyObject *kw = PyDict_New(), *meth = PyObject_GetAttr(obj, s_dlpack), *empty = PyTuple_New(0);
+		if (kw && meth && empty && PyDict_SetItem(kw, s_stream, stream) == 0 &&
+		    (is_legacy || PyDict_SetItem(kw, s_max_version, max_version_13) == 0))
+			cap = PyObject_Call(meth, empty, kw);
+		Py_XDECREF(kw);
+		Py_XDECREF(meth);
+		Py_XDECREF(empty);
+	}
+	Py_DECREF(stream);
+	if (!cap) {
+		if (is_legacy == 0 && PyErr_ExceptionMatches(PyExc_TypeError)) {
+			PyErr_Clear(); // perhaps a producer older than DLPack 1.0: Python retries and records it
+			Py_RETURN_NOTIMPLEMENTED;
+		}
+		return NULL;
+	}
+	PyObject *t = take_capsule(cls, cap, obj);
+	Py_DECREF(cap);
+	return t;
 }
 
 static PyObject *m_set_tensor_class(PyObject *mod, PyObject *cls) {
@@ -1044,8 +1178,8 @@ static PyMethodDef module_methods[] = {
 	{"wrap", (PyCFunction)(void (*)(void))m_wrap, METH_FASTCALL, "wrap(cls, handle): a cls instance owning handle."},
 	{"take", (PyCFunction)(void (*)(void))m_take, METH_FASTCALL,
 	 "take(cls, capsule, producer=None): consume a DLPack capsule into a cls instance."},
-	{"exchange_import", (PyCFunction)(void (*)(void))m_exchange_import, METH_FASTCALL,
-	 "exchange_import(cls, obj, api_capsule): import obj through its DLPack C exchange API."},
+	{"from_dlpack", (PyCFunction)(void (*)(void))m_from_dlpack, METH_FASTCALL,
+	 "from_dlpack(cls, obj, legacy): dlbridge.from_dlpack(obj) in one call, or NotImplemented."},
 	{"set_tensor_class", m_set_tensor_class, METH_O, "set_tensor_class(cls): the class of tensors made from C."},
 	{"bind", m_bind, METH_O, "bind(address): use the library table at address (dlb_pyext_table())."},
 	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
@@ -1063,7 +1197,14 @@ PyMODINIT_FUNC PyInit__core(void) {
 	s_max_version = PyUnicode_InternFromString("max_version");
 	s_dl_device = PyUnicode_InternFromString("dl_device");
 	s_copy = PyUnicode_InternFromString("copy");
-	if (!s_stream || !s_max_version || !s_dl_device || !s_copy) return NULL;
+	s_dlpack = PyUnicode_InternFromString("__dlpack__");
+	s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+	s_exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
+	max_version_13 = Py_BuildValue("(ii)", 1, 3);
+	exchange_apis = PyDict_New();
+	if (!s_stream || !s_max_version || !s_dl_device || !s_copy || !s_dlpack || !s_dlpack_device || !s_exchange_api ||
+	    !max_version_13 || !exchange_apis)
+		return NULL;
 	PyObject *m = PyModule_Create(&module_def);
 	if (!m) return NULL;
 	PyObject *tp = PyType_FromSpec(&ct_spec);
