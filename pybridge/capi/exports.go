@@ -206,20 +206,22 @@ func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, in
 	})
 }
 
-// dlb_import_on is dlb_import for a versioned tensor from a C exchange
-// API producer whose current work stream is stream (0 from the producer
-// means the legacy default stream): the tensor's pending write is on that
-// stream, ordered before each reader when it needs it, so nothing waits at
-// import (dlb_wait_stream + dlb_import make our work stream wait at once).
+// dlb_import_on is dlb_import for a tensor whose producer ordered its
+// writes before stream rather than our work stream: a C exchange API
+// producer's current work stream (0 from the producer means the legacy
+// default stream), or the current stream of a producer that from_dlpack
+// passed as __dlpack__(stream=...) so that it had nothing to order. The
+// tensor's pending write is on that stream, ordered before each reader when
+// it needs it, so nothing waits at import.
 //
 //export dlb_import_on
-func dlb_import_on(mt unsafe.Pointer, gil C.int32_t, stream C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+func dlb_import_on(mt unsafe.Pointer, versioned, gil C.int32_t, stream C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
 		s := uintptr(stream)
 		if s == 0 {
 			s = uintptr(pybridge.StreamLegacy)
 		}
-		v, err := pybridge.ImportOn(mt, true, gil != 0, s)
+		v, err := pybridge.ImportOn(mt, versioned != 0, gil != 0, s)
 		if err != nil {
 			return err
 		}

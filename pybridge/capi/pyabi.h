@@ -17,7 +17,7 @@
 
 // Bumped when a field changes meaning; fields are only ever appended (size
 // says how many the library has).
-#define DLB_PYEXT_API_VERSION 1
+#define DLB_PYEXT_API_VERSION 2
 
 typedef struct {
 	uint32_t version; // DLB_PYEXT_API_VERSION
@@ -42,8 +42,8 @@ typedef struct {
 	const _Atomic int *forked;
 	// Order the write pending on a handle before a stream (dlb_order_before).
 	int32_t (*order_before)(uint64_t h, int64_t stream);
-	// Import a versioned tensor whose pending write is on stream (dlb_import_on).
-	int32_t (*import_on)(void *mt, int32_t gil, int64_t stream, uint64_t *out, dlb_info *info);
+	// Import a tensor whose pending write is on stream (dlb_import_on).
+	int32_t (*import_on)(void *mt, int32_t versioned, int32_t gil, int64_t stream, uint64_t *out, dlb_info *info);
 } dlb_pyext_api;
 
 // dlb_pyext_table returns the library's table (static, never freed).

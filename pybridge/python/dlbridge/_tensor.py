@@ -763,6 +763,44 @@ def _work_stream(device_id):
 _legacy_producers = set()
 
 
+def _describe_producer(tp):
+    """What _core.from_dlpack needs to know of a producer type, asked once
+    per type: its DLPack C exchange API capsule; or a stream probe,
+    probe(device_id) -> the stream the producer's __dlpack__ orders its
+    writes from (passed back as stream=, the producer has nothing to order:
+    no event, as with the exchange API), or None when unknown; or None."""
+    api = getattr(tp, "__dlpack_c_exchange_api__", None)
+    if api is not None:
+        return api
+    if (getattr(tp, "__module__", None) or "").partition(".")[0] == "cupy":
+        return _cupy_stream_probe()
+    return None
+
+
+def _cupy_stream_probe():
+    """CuPy's __dlpack__(stream=s) records an event on CuPy's current stream
+    (of the current device) and makes s wait for it unless s is that stream.
+    The probe names that stream (CuPy's legacy default stream 0 is 1 in
+    DLPack), or None when the array is on another device than the current
+    one."""
+    try:
+        from cupy.cuda import runtime, stream as cupy_stream
+    except ImportError:
+        return None
+    get_device = runtime.getDevice
+    current = getattr(cupy_stream, "get_current_stream_ptr", None)
+    if current is None:
+        def current():
+            return cupy_stream.get_current_stream().ptr
+
+    def probe(device_id):
+        if get_device() != device_id:
+            return None
+        return current() or 1
+
+    return probe
+
+
 def from_dlpack(obj, *, device=None, copy=None):
     """A dlbridge.Tensor from any __dlpack__ producer or a DLPack capsule,
     zero-copy unless a copy is asked for (copy=True) or needed (device
@@ -772,7 +810,7 @@ def from_dlpack(obj, *, device=None, copy=None):
         # DLPack 1.3's C exchange API of PyTorch 2.11 and dlbridge, and
         # __dlpack__); it leaves the unusual cases and every error message to
         # the code below.
-        t = _core_from_dlpack(Tensor, obj, _legacy_producers)
+        t = _core_from_dlpack(Tensor, obj, _legacy_producers, _describe_producer)
         if t is not NotImplemented:
             return t
     want = None if device is None else C.device(device)

@@ -779,14 +779,17 @@ static PyObject *m_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 // renames it, hands the tensor to Go, and returns a cls instance. producer,
 // when given, is the object whose __dlpack__ returned capsule (named in the
 // error when it is not a capsule).
-static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer);
+static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer, int64_t pending);
 
 static PyObject *m_take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 2, 3, "take") < 0) return NULL;
-	return take_capsule(args[0], args[1], nargs == 3 ? args[2] : Py_None);
+	return take_capsule(args[0], args[1], nargs == 3 ? args[2] : Py_None, 0);
 }
 
-static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer) {
+// take_capsule is take; pending, when not 0, is the CUDA stream the
+// producer's writes are ordered before (see from_dlpack), instead of our
+// work stream.
+static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer, int64_t pending) {
 	if (!PyCapsule_CheckExact(cap)) {
 		PyObject *rn = type_name(cap);
 		if (!rn) return NULL;
@@ -828,7 +831,7 @@ static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer) 
 	if (PyCapsule_SetName(cap, versioned ? name_used_versioned : name_used_legacy) < 0) return NULL;
 	uint64_t h;
 	dlb_info info;
-	int32_t rc = T->import_(mt, versioned, 1, &h, &info);
+	int32_t rc = pending ? T->import_on(mt, versioned, 1, pending, &h, &info) : T->import_(mt, versioned, 1, &h, &info);
 	if (rc) {
 		raise_last(rc);
 		return NULL;
@@ -880,7 +883,7 @@ static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
 		// is ordered after it when it reads (no wait at import).
 		uint64_t h;
 		dlb_info info;
-		int32_t rc = T->import_on(mt, 1, (int64_t)(uintptr_t)s, &h, &info);
+		int32_t rc = T->import_on(mt, 1, 1, (int64_t)(uintptr_t)s, &h, &info);
 		if (rc) {
 			raise_last(rc);
 			return NULL;
@@ -899,33 +902,30 @@ static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
 
 // ---- from_dlpack's common case ----
 
-static PyObject *s_dlpack, *s_dlpack_device, *s_exchange_api, *max_version_13;
+static PyObject *s_dlpack, *s_dlpack_device, *max_version_13;
 
-// exchange_apis maps a producer type to its __dlpack_c_exchange_api__
-// capsule or None: looking the attribute up on the type each time would
-// raise and clear an AttributeError for every producer without one. Types
-// are few; past EXCHANGE_CACHE_MAX the lookup is simply not cached.
-static PyObject *exchange_apis;
-#define EXCHANGE_CACHE_MAX 64
+// producer_kinds maps a producer type to what dlbridge._tensor's
+// _describe_producer said of it, asked once per type: its DLPack C exchange
+// API capsule; a stream probe, probe(device_id) -> the stream its
+// __dlpack__ orders its writes from, or None; or None. Types are few; past
+// PRODUCER_CACHE_MAX the answer is simply not cached.
+static PyObject *producer_kinds;
+#define PRODUCER_CACHE_MAX 64
 
-// exchange_api returns a borrowed reference to tp's exchange API capsule,
-// Py_None when it has none, or NULL with an exception.
-static PyObject *exchange_api(PyTypeObject *tp) {
-	PyObject *api = PyDict_GetItemWithError(exchange_apis, (PyObject *)tp);
-	if (api || PyErr_Occurred()) return api;
-	api = PyObject_GetAttr((PyObject *)tp, s_exchange_api);
-	if (!api) {
-		if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
-		PyErr_Clear();
-		api = Py_None;
-		Py_INCREF(api);
+// producer_kind returns a new reference to the kind of tp, or NULL with an
+// exception.
+static PyObject *producer_kind(PyTypeObject *tp, PyObject *describe) {
+	PyObject *kind = PyDict_GetItemWithError(producer_kinds, (PyObject *)tp);
+	if (kind) {
+		Py_INCREF(kind);
+		return kind;
 	}
-	if (PyDict_Size(exchange_apis) < EXCHANGE_CACHE_MAX && PyDict_SetItem(exchange_apis, (PyObject *)tp, api) < 0) {
-		Py_DECREF(api);
-		return NULL;
-	}
-	Py_DECREF(api); // the dict holds it (or the type does, uncached)
-	return api;
+	if (PyErr_Occurred()) return NULL;
+	kind = PyObject_CallFunctionObjArgs(describe, (PyObject *)tp, NULL);
+	if (kind && PyDict_Size(producer_kinds) < PRODUCER_CACHE_MAX &&
+	    PyDict_SetItem(producer_kinds, (PyObject *)tp, kind) < 0)
+		Py_CLEAR(kind);
+	return kind;
 }
 
 // work_streams caches dlb_work_stream, fixed per device for the process.
@@ -955,49 +955,86 @@ static int device_pair(PyObject *v, int32_t out[2]) {
 	return 1;
 }
 
-// from_dlpack(cls, obj, legacy) is dlbridge.from_dlpack(obj) without
-// device= or copy=, in one call: a capsule is taken; a producer with a C
-// exchange API exports through it; any other producer is asked for
-// __dlpack__(stream=<our work stream for CUDA, else None>,
+// consumer_stream is the stream= that from_dlpack passes to a CUDA
+// producer on device dev_id, in *stream, and in *pending the stream the
+// imported tensor's write is then pending on (0: our work stream). With a
+// stream probe that names the producer's current stream, that stream
+// itself: the producer has nothing to order (no event), and readers are
+// ordered after it when they need it, as for the C exchange API. Otherwise
+// our work stream, before which the producer orders its writes. 0 on
+// success, -1 with an exception.
+static int consumer_stream(PyObject *kind, int32_t dev_id, int64_t *stream, int64_t *pending) {
+	*pending = 0;
+	if (kind != Py_None && PyCallable_Check(kind)) {
+		PyObject *dev = PyLong_FromLong(dev_id), *r = dev ? PyObject_CallFunctionObjArgs(kind, dev, NULL) : NULL;
+		Py_XDECREF(dev);
+		if (!r) return -1;
+		if (r != Py_None) {
+			long long s = PyLong_AsLongLong(r);
+			Py_DECREF(r);
+			if (s == -1 && PyErr_Occurred()) return -1;
+			if (s > 0) {
+				*stream = *pending = s;
+				return 0;
+			}
+		} else {
+			Py_DECREF(r);
+		}
+	}
+	*stream = work_stream(dev_id);
+	return 0;
+}
+
+// from_dlpack(cls, obj, legacy, describe) is dlbridge.from_dlpack(obj)
+// without device= or copy=, in one call: a capsule is taken; a producer
+// with a C exchange API exports through it; any other producer is asked
+// for __dlpack__(stream=<see consumer_stream for CUDA, else None>,
 // max_version=(1, 3)), or for __dlpack__(stream=...) when its type is in
-// the set legacy (producers that refuse max_version). It returns
-// NotImplemented where the Python path must decide (a device pair that is
-// not two ints, a TypeError from a producer not yet known as legacy, a
-// dlbridge tensor whose write is pending on a stream of another library),
-// so that every error message and retry has one home, in Python.
+// the set legacy (producers that refuse max_version). describe(type) says
+// what a producer type offers (producer_kinds). It returns NotImplemented
+// where the Python path must decide (a device pair that is not two ints, a
+// TypeError from a producer not yet known as legacy, a dlbridge tensor whose
+// write is pending on a stream of another library), so that every error
+// message and retry has one home, in Python.
 static PyObject *m_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 3, 3, "from_dlpack") < 0) return NULL;
+	if (need_args(nargs, 4, 4, "from_dlpack") < 0) return NULL;
 	PyObject *cls = args[0], *obj = args[1], *legacy = args[2];
-	if (PyCapsule_CheckExact(obj)) return take_capsule(cls, obj, Py_None);
-	PyObject *api = exchange_api(Py_TYPE(obj));
-	if (!api) return NULL;
+	if (PyCapsule_CheckExact(obj)) return take_capsule(cls, obj, Py_None, 0);
+	PyObject *kind = producer_kind(Py_TYPE(obj), args[3]);
+	if (!kind) return NULL;
+	PyObject *result = NULL;
 	int pending_elsewhere = 0;
 	if (is_ctensor(obj)) {
 		CTensor *t = (CTensor *)obj;
 		if (t->dev_type == DLB_CUDA && t->stream) {
-			NEED_LIBRARY(return NULL);
+			NEED_LIBRARY(goto done);
 			pending_elsewhere = (int64_t)t->stream != work_stream(t->dev_id);
 		}
 	}
 	// A dlbridge tensor with a write pending on another library's stream
 	// goes through __dlpack__, which orders it: the exchange API's consumer
 	// orders itself after the producer's work stream only.
-	if (api != Py_None && !pending_elsewhere) return exchange_import(cls, obj, api);
+	if (PyCapsule_CheckExact(kind) && !pending_elsewhere) {
+		result = exchange_import(cls, obj, kind);
+		goto done;
+	}
 	PyObject *dev = PyObject_CallMethodObjArgs(obj, s_dlpack_device, NULL);
 	if (!dev) {
-		if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+		if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
 		PyErr_Clear(); // no __dlpack_device__: the Python path says what is missing
-		Py_RETURN_NOTIMPLEMENTED;
+		goto not_implemented;
 	}
 	int32_t pair[2];
 	int ok = device_pair(dev, pair);
 	Py_DECREF(dev);
-	if (!ok) Py_RETURN_NOTIMPLEMENTED;
+	if (!ok) goto not_implemented;
 	PyObject *stream = Py_None;
+	int64_t pending = 0;
 	if (pair[0] == DLB_CUDA) {
-		NEED_LIBRARY(return NULL);
-		stream = PyLong_FromLongLong(work_stream(pair[1]));
-		if (!stream) return NULL;
+		NEED_LIBRARY(goto done);
+		int64_t s;
+		if (consumer_stream(kind, pair[1], &s, &pending) < 0) goto done;
+		if (!(stream = PyLong_FromLongLong(s))) goto done;
 	} else {
 		Py_INCREF(stream);
 	}
@@ -1018,13 +1055,19 @@ static PyObject *m_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t 
 	if (!cap) {
 		if (is_legacy == 0 && PyErr_ExceptionMatches(PyExc_TypeError)) {
 			PyErr_Clear(); // perhaps a producer older than DLPack 1.0: Python retries and records it
-			Py_RETURN_NOTIMPLEMENTED;
+			goto not_implemented;
 		}
-		return NULL;
+		goto done;
 	}
-	PyObject *t = take_capsule(cls, cap, obj);
+	result = take_capsule(cls, cap, obj, pending);
 	Py_DECREF(cap);
-	return t;
+	goto done;
+not_implemented:
+	result = Py_NotImplemented;
+	Py_INCREF(result);
+done:
+	Py_DECREF(kind);
+	return result;
 }
 
 static PyObject *m_set_tensor_class(PyObject *mod, PyObject *cls) {
@@ -1179,7 +1222,7 @@ static PyMethodDef module_methods[] = {
 	{"take", (PyCFunction)(void (*)(void))m_take, METH_FASTCALL,
 	 "take(cls, capsule, producer=None): consume a DLPack capsule into a cls instance."},
 	{"from_dlpack", (PyCFunction)(void (*)(void))m_from_dlpack, METH_FASTCALL,
-	 "from_dlpack(cls, obj, legacy): dlbridge.from_dlpack(obj) in one call, or NotImplemented."},
+	 "from_dlpack(cls, obj, legacy, describe): dlbridge.from_dlpack(obj) in one call, or NotImplemented."},
 	{"set_tensor_class", m_set_tensor_class, METH_O, "set_tensor_class(cls): the class of tensors made from C."},
 	{"bind", m_bind, METH_O, "bind(address): use the library table at address (dlb_pyext_table())."},
 	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
@@ -1199,11 +1242,10 @@ PyMODINIT_FUNC PyInit__core(void) {
 	s_copy = PyUnicode_InternFromString("copy");
 	s_dlpack = PyUnicode_InternFromString("__dlpack__");
 	s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
-	s_exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
 	max_version_13 = Py_BuildValue("(ii)", 1, 3);
-	exchange_apis = PyDict_New();
-	if (!s_stream || !s_max_version || !s_dl_device || !s_copy || !s_dlpack || !s_dlpack_device || !s_exchange_api ||
-	    !max_version_13 || !exchange_apis)
+	producer_kinds = PyDict_New();
+	if (!s_stream || !s_max_version || !s_dl_device || !s_copy || !s_dlpack || !s_dlpack_device || !max_version_13 ||
+	    !producer_kinds)
 		return NULL;
 	PyObject *m = PyModule_Create(&module_def);
 	if (!m) return NULL;

@@ -184,6 +184,45 @@ def test_chain_fails_without_the_handshake(fake_lib):
     ''')
 
 
+@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
+def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
+    """A CuPy array (here a stand-in: its type's module is cupy, and a fake
+    cupy package names the current stream) is asked for
+    __dlpack__(stream=<CuPy's current stream>) by the fast path: the
+    producer records no event, the import is pending on that stream, and a
+    consumer is ordered after it. On another device than CuPy's current one,
+    and on the ctypes path, the producer orders before our work stream."""
+    run(fake_lib, r"""
+    import sys, types
+    prod, cons = new_stream("prod"), new_stream("cons")
+    cupy = types.ModuleType("cupy"); cupy.cuda = types.ModuleType("cupy.cuda")
+    current_device = [0]
+    cupy.cuda.runtime = types.SimpleNamespace(getDevice=lambda: current_device[0])
+    cupy.cuda.stream = types.SimpleNamespace(get_current_stream_ptr=lambda: prod)
+    sys.modules.update({"cupy": cupy, "cupy.cuda": cupy.cuda})
+    class CupyLike(Producer):
+        pass
+    CupyLike.__module__ = "cupy._core.core"
+    x = dlbridge.zeros(1024, dtype="float32", device="cuda")
+    x.copy_(x)
+    slow_write(x, 7.0, prod)
+    reset()
+    t = dlbridge.from_dlpack(CupyLike(x, prod))
+    if dlbridge.fast_path:
+        assert t._stream == prod and log() == [], (hex(t._stream), log())
+        cap = t.__dlpack__(stream=cons, max_version=(1, 3))  # the consumer's handshake
+        assert log() == ["r prod", "w cons<-prod"], log()
+    else:
+        assert t._stream == WORK and log() == ["r prod", "w work<-prod"], log()
+        cap = t.__dlpack__(stream=cons, max_version=(1, 3))
+    assert read_f32(t, cons) == [7.0]
+    current_device[0] = 1  # the array is not on CuPy's current device
+    reset()
+    t2 = dlbridge.from_dlpack(CupyLike(x, prod))
+    assert t2._stream == WORK and log() == ["r prod", "w work<-prod"], log()
+    """, fastpath)
+
+
 def test_cai_import_from_a_side_stream(fake_lib):
     """CAI v3 import: the producer's stream is the pending write; a copy
     made by dlbridge orders after it, and the legacy stream never waits."""
