@@ -44,6 +44,10 @@ typedef struct {
 	int32_t (*order_before)(uint64_t h, int64_t stream);
 	// Import a tensor whose pending write is on stream (dlb_import_on).
 	int32_t (*import_on)(void *mt, int32_t versioned, int32_t gil, int64_t stream, uint64_t *out, dlb_info *info);
+	// copy_ and to (dlb_copy_on, dlb_to_on), called without ctypes.
+	int32_t (*copy_on)(uint64_t dst, uint64_t src, int64_t stream, int32_t non_blocking);
+	int32_t (*to_on)(uint64_t h, int32_t dev_type, int32_t dev_id, int64_t stream, int32_t non_blocking, uint64_t *out,
+			 dlb_info *info);
 } dlb_pyext_api;
 
 // dlb_pyext_table returns the library's table (static, never freed).

@@ -46,6 +46,8 @@ static const dlb_pyext_api table = {
 	.forked = &forked,
 	.order_before = dlb_order_before,
 	.import_on = dlb_import_on,
+	.copy_on = dlb_copy_on,
+	.to_on = dlb_to_on,
 };
 
 const dlb_pyext_api *dlb_pyext_table(void) { return &table; }

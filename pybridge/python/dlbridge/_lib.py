@@ -149,6 +149,8 @@ def _load_extension():
         "wrap": _core.wrap,
         "take": _core.take,
         "from_dlpack": _core.from_dlpack,
+        "copy": _core.copy,
+        "to": _core.to,
         "set_tensor_class": _core.set_tensor_class,
     }
 

@@ -139,6 +139,8 @@ if _core is not None:
     _core_wrap = _core["wrap"]
     _core_take = _core["take"]
     _core_from_dlpack = _core["from_dlpack"]
+    _core_copy = _core["copy"]
+    _core_to = _core["to"]
 else:
     _Base = _PyTensorBase
 
@@ -414,11 +416,17 @@ class Tensor(_Base):
         nb = 1 if non_blocking else 0
         if isinstance(src, Tensor):
             h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, src._dev))
+            if _core is not None:  # one C call, no ctypes; it updates self._stream
+                _core_copy(self, src, h, nb)
+                return self
             rc = _copy_on(self._handle(), src._handle(), h, nb)
         else:
             # src is host data: asarray makes it a CPU tensor.
             h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev))
             with asarray(src) as t:
+                if _core is not None:
+                    _core_copy(self, t, h, nb)
+                    return self
                 rc = _copy_on(self._handle(), t._handle(), h, nb)
         if rc:
             raise _lib.error(rc)
@@ -445,7 +453,9 @@ class Tensor(_Base):
         want = C.device(device)
         if want == self._dev and not copy:
             return self
-        h = copy_stream(stream, _cuda_devices(self._dev, want))
+        h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, want))
+        if _core is not None:
+            return _core_to(Tensor, self, want[0], want[1], h, 1 if non_blocking else 0)
         return _new(_to_on, self._handle(), want[0], want[1], h, 1 if non_blocking else 0)
 
     def cpu(self):

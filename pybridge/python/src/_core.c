@@ -900,6 +900,77 @@ static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
 	return new_tensor(cls, h, &info);
 }
 
+// ---- copy_ and to ----
+
+// ctensor_arg returns o as an open _CTensor, or NULL with an exception.
+static CTensor *ctensor_arg(PyObject *o, const char *fn) {
+	if (!is_ctensor(o)) {
+		PyErr_Format(PyExc_TypeError, "dlbridge: %s needs dlbridge tensors", fn);
+		return NULL;
+	}
+	return check_open((CTensor *)o) < 0 ? NULL : (CTensor *)o;
+}
+
+// copy(dst, src, stream, non_blocking) is Tensor.copy_ on tensors (the
+// stream already a handle, 0: the work stream): one Go call without the
+// GIL, then dst's pending stream as Go left it.
+static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 4, 4, "copy") < 0) return NULL;
+	CTensor *dst = ctensor_arg(args[0], "copy"), *src = dst ? ctensor_arg(args[1], "copy") : NULL;
+	if (!src) return NULL;
+	long long stream = PyLong_AsLongLong(args[2]);
+	if (stream == -1 && PyErr_Occurred()) return NULL;
+	int nb = PyObject_IsTrue(args[3]);
+	if (nb < 0) return NULL;
+	NEED_LIBRARY(return NULL);
+	int32_t rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = T->copy_on(dst->handle, src->handle, stream, nb);
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		raise_last(rc);
+		return NULL;
+	}
+	if (dst->dev_type == DLB_CUDA) {
+		if (!nb) {
+			dst->stream = 0; // complete on return: no write pending
+		} else {
+			dlb_info info;
+			if ((rc = T->info_get(dst->handle, &info))) {
+				raise_last(rc);
+				return NULL;
+			}
+			dst->stream = info.stream;
+		}
+	}
+	Py_RETURN_NONE;
+}
+
+// to(cls, t, dev_type, dev_id, stream, non_blocking) is Tensor.to's copy:
+// a new cls instance from one Go call without the GIL.
+static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 6, 6, "to") < 0) return NULL;
+	CTensor *t = ctensor_arg(args[1], "to");
+	if (!t) return NULL;
+	long dt = PyLong_AsLong(args[2]), di = PyLong_AsLong(args[3]);
+	long long stream = PyLong_AsLongLong(args[4]);
+	if (PyErr_Occurred()) return NULL;
+	int nb = PyObject_IsTrue(args[5]);
+	if (nb < 0) return NULL;
+	NEED_LIBRARY(return NULL);
+	uint64_t h;
+	dlb_info info;
+	int32_t rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = T->to_on(t->handle, (int32_t)dt, (int32_t)di, stream, nb, &h, &info);
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		raise_last(rc);
+		return NULL;
+	}
+	return new_tensor(args[0], h, &info);
+}
+
 // ---- from_dlpack's common case ----
 
 static PyObject *s_dlpack, *s_dlpack_device, *max_version_13;
@@ -1221,6 +1292,10 @@ static PyMethodDef module_methods[] = {
 	{"wrap", (PyCFunction)(void (*)(void))m_wrap, METH_FASTCALL, "wrap(cls, handle): a cls instance owning handle."},
 	{"take", (PyCFunction)(void (*)(void))m_take, METH_FASTCALL,
 	 "take(cls, capsule, producer=None): consume a DLPack capsule into a cls instance."},
+	{"copy", (PyCFunction)(void (*)(void))m_copy, METH_FASTCALL,
+	 "copy(dst, src, stream, non_blocking): Tensor.copy_ between tensors."},
+	{"to", (PyCFunction)(void (*)(void))m_to, METH_FASTCALL,
+	 "to(cls, t, dev_type, dev_id, stream, non_blocking): Tensor.to's copy."},
 	{"from_dlpack", (PyCFunction)(void (*)(void))m_from_dlpack, METH_FASTCALL,
 	 "from_dlpack(cls, obj, legacy, describe): dlbridge.from_dlpack(obj) in one call, or NotImplemented."},
 	{"set_tensor_class", m_set_tensor_class, METH_O, "set_tensor_class(cls): the class of tensors made from C."},
