@@ -196,6 +196,7 @@ def _bind():
         "dlb_export", _i32, _u64, _i32, _i32, _i64, _i32, _i32, _i32, _i32, ctypes.POINTER(_vp)
     )
     g["import_"] = declare("dlb_import", _i32, _vp, _i32, _i32, _pu64, _pinfo)
+    g["import_on"] = declare("dlb_import_on", _i32, _vp, _i32, _i32, _i64, _pu64, _pinfo)
     g["from_memory"] = declare(
         "dlb_from_memory", _i32,
         _i32, _u64, _i32, _cstr, _i32, _pi64, _pi64, _i32, _i32, _i64, _i32, _i32, _i32, _vp,
@@ -236,7 +237,7 @@ def _bind():
 # The names _bind sets: reading one of them loads the library.
 _LAZY = frozenset([
     "lib", "path", "abi_version", "last_error", "py_init", "cuda_device_count", "work_stream",
-    "empty", "arange", "info_get", "close", "export", "import_", "from_memory", "typestr",
+    "empty", "arange", "info_get", "close", "export", "import_", "import_on", "from_memory", "typestr",
     "dtype_name", "parse_dtype", "fill", "sum_", "copy", "to", "index", "permute", "stats",
     "debug_spin_write", "call_deleter", "capsule_name", "CAPSULE_DESTRUCTOR", "NAME_LEGACY",
     "NAME_VERSIONED", "NAME_USED_LEGACY", "NAME_USED_VERSIONED", "IN_PYTHON",

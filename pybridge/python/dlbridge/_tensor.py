@@ -718,11 +718,12 @@ def _debug_spin_write(t, bits, seconds):
 
 # ---- consumers ----
 
-def _take_capsule(cap, producer=None):
+def _take_capsule(cap, producer=None, pending=None):
     """Consume a DLPack capsule: check and rename it, hand the pointer to Go.
-    producer is the object whose __dlpack__ returned cap, if any."""
+    producer is the object whose __dlpack__ returned cap, if any; pending
+    the CUDA stream its writes are ordered before, if not our work stream."""
     if _core is not None:
-        return _core_take(Tensor, cap, producer)
+        return _core_take(Tensor, cap, producer, pending)
     if not isinstance(cap, CapsuleType):
         raise TypeError("dlbridge: %s.__dlpack__() returned %s, not a PyCapsule"
                         % (type(producer).__name__, type(cap).__name__) if producer is not None else
@@ -745,6 +746,8 @@ def _take_capsule(cap, producer=None):
     # Ours now: rename first, so that the capsule's destructor will not run
     # the deleter that Go now owns (Go runs it even if the import fails).
     _lib.PyCapsule_SetName(cap, _lib.NAME_USED_VERSIONED if versioned else _lib.NAME_USED_LEGACY)
+    if pending:
+        return _new(_lib.import_on, ptr, versioned, 1, pending)
     return _new(_lib.import_, ptr, versioned, 1)
 
 
@@ -785,6 +788,22 @@ def _describe_producer(tp):
     if (getattr(tp, "__module__", None) or "").partition(".")[0] == "cupy":
         return _cupy_stream_probe()
     return None
+
+
+_stream_probes = {}
+
+
+def _producer_stream(tp, device_id):
+    """The current stream of a producer of type tp on cuda:device_id where
+    _describe_producer gives a stream probe for tp, else None."""
+    probe = _stream_probes.get(tp, False)
+    if probe is False:
+        kind = _describe_producer(tp)
+        probe = kind if callable(kind) else None
+        if len(_stream_probes) < 64:
+            _stream_probes[tp] = probe
+    s = probe(device_id) if probe is not None else None
+    return s if s else None
 
 
 def _cupy_stream_probe():
@@ -833,7 +852,14 @@ def from_dlpack(obj, *, device=None, copy=None):
                 "dlbridge.from_dlpack: %s has no __dlpack__ method and is not a DLPack capsule"
                 % type(obj).__name__)
         src = C.pair(obj.__dlpack_device__(), "%s.__dlpack_device__()" % type(obj).__name__, C.INT32)
-        stream = _work_stream(src[1]) if src[0] == CUDA else None
+        stream = pending = None
+        if src[0] == CUDA:
+            # As _core.c's consumer_stream: the producer's own current
+            # stream where a probe names it (no event), else our work stream.
+            if want is None or want == src:
+                stream = pending = _producer_stream(type(obj), src[1])
+            if stream is None:
+                stream = _work_stream(src[1])
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
             kwargs["dl_device"] = want
@@ -858,7 +884,7 @@ def from_dlpack(obj, *, device=None, copy=None):
             del kwargs["dl_device"]
             kwargs.pop("copy", None)
             cap = producer(**kwargs)
-        t = _take_capsule(cap, obj)
+        t = _take_capsule(cap, obj, pending)
     if want is not None and t._dev != want:
         if copy is False:
             where = t.device

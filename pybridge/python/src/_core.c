@@ -775,15 +775,20 @@ static PyObject *m_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	return new_tensor(args[0], h, &info);
 }
 
-// take(cls, capsule, producer=None) consumes a DLPack capsule: checks and
-// renames it, hands the tensor to Go, and returns a cls instance. producer,
-// when given, is the object whose __dlpack__ returned capsule (named in the
-// error when it is not a capsule).
+// take(cls, capsule, producer=None, pending=None) consumes a DLPack
+// capsule: checks and renames it, hands the tensor to Go, and returns a cls
+// instance. producer, when given, is the object whose __dlpack__ returned
+// capsule (named in the error when it is not a capsule); pending, the CUDA
+// stream the producer's writes are ordered before when it is not our work
+// stream (see from_dlpack).
 static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer, int64_t pending);
 
 static PyObject *m_take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 2, 3, "take") < 0) return NULL;
-	return take_capsule(args[0], args[1], nargs == 3 ? args[2] : Py_None, 0);
+	if (need_args(nargs, 2, 4, "take") < 0) return NULL;
+	long long pending = 0;
+	if (nargs == 4 && args[3] != Py_None && (pending = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+		return NULL;
+	return take_capsule(args[0], args[1], nargs >= 3 ? args[2] : Py_None, pending);
 }
 
 // take_capsule is take; pending, when not 0, is the CUDA stream the
@@ -1291,7 +1296,7 @@ static dlb_exchange_api producer_api = {
 static PyMethodDef module_methods[] = {
 	{"wrap", (PyCFunction)(void (*)(void))m_wrap, METH_FASTCALL, "wrap(cls, handle): a cls instance owning handle."},
 	{"take", (PyCFunction)(void (*)(void))m_take, METH_FASTCALL,
-	 "take(cls, capsule, producer=None): consume a DLPack capsule into a cls instance."},
+	 "take(cls, capsule, producer=None, pending=None): consume a DLPack capsule into a cls instance."},
 	{"copy", (PyCFunction)(void (*)(void))m_copy, METH_FASTCALL,
 	 "copy(dst, src, stream, non_blocking): Tensor.copy_ between tensors."},
 	{"to", (PyCFunction)(void (*)(void))m_to, METH_FASTCALL,

@@ -188,10 +188,10 @@ def test_chain_fails_without_the_handshake(fake_lib):
 def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
     """A CuPy array (here a stand-in: its type's module is cupy, and a fake
     cupy package names the current stream) is asked for
-    __dlpack__(stream=<CuPy's current stream>) by the fast path: the
+    __dlpack__(stream=<CuPy's current stream>): the
     producer records no event, the import is pending on that stream, and a
-    consumer is ordered after it. On another device than CuPy's current one,
-    and on the ctypes path, the producer orders before our work stream."""
+    consumer is ordered after it (both paths). On another device than CuPy's
+    current one the producer orders before our work stream."""
     run(fake_lib, r"""
     import sys, types
     prod, cons = new_stream("prod"), new_stream("cons")
@@ -208,13 +208,9 @@ def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
     slow_write(x, 7.0, prod)
     reset()
     t = dlbridge.from_dlpack(CupyLike(x, prod))
-    if dlbridge.fast_path:
-        assert t._stream == prod and log() == [], (hex(t._stream), log())
-        cap = t.__dlpack__(stream=cons, max_version=(1, 3))  # the consumer's handshake
-        assert log() == ["r prod", "w cons<-prod"], log()
-    else:
-        assert t._stream == WORK and log() == ["r prod", "w work<-prod"], log()
-        cap = t.__dlpack__(stream=cons, max_version=(1, 3))
+    assert t._stream == prod and log() == [], (hex(t._stream), log())
+    cap = t.__dlpack__(stream=cons, max_version=(1, 3))  # the consumer's handshake
+    assert log() == ["r prod", "w cons<-prod"], log()
     assert read_f32(t, cons) == [7.0]
     current_device[0] = 1  # the array is not on CuPy's current device
     reset()
