@@ -211,7 +211,7 @@ typedef struct {
 	int negstride;
 	int64_t *shape, *strides;      // in elements
 	Py_ssize_t *bstrides;          // in bytes, for the buffer protocol
-	PyObject *shape_t, *strides_t; // cached tuples
+	PyObject *shape_t, *strides_t, *dev_t; // cached tuples
 	int64_t dims[3 * INLINE_DIMS];
 } CTensor;
 
@@ -291,6 +291,7 @@ static void ct_dealloc(PyObject *self) {
 	t->keeper = NULL;
 	if (t->shape && t->shape != t->dims) free(t->shape);
 	Py_XDECREF(t->shape_t);
+	Py_XDECREF(t->dev_t);
 	Py_XDECREF(t->strides_t);
 	freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
 	tp_free(self);
@@ -571,10 +572,20 @@ static PyObject *ct_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nar
 	return cap;
 }
 
-static PyObject *ct_dlpack_device(PyObject *self, PyObject *unused) {
-	CTensor *t = (CTensor *)self;
-	return Py_BuildValue("(ii)", (int)t->dev_type, (int)t->dev_id);
+static PyObject *tuple_of(const int64_t *v, int n);
+
+// dev_tuple is (device_type, device_id), made once: __dlpack_device__ is
+// called for every exchange.
+static PyObject *dev_tuple(CTensor *t) {
+	if (!t->dev_t) {
+		int64_t v[2] = {t->dev_type, t->dev_id};
+		if (!(t->dev_t = tuple_of(v, 2))) return NULL;
+	}
+	Py_INCREF(t->dev_t);
+	return t->dev_t;
 }
+
+static PyObject *ct_dlpack_device(PyObject *self, PyObject *unused) { return dev_tuple((CTensor *)self); }
 
 static PyObject *ct_close(PyObject *self, PyObject *unused) {
 	CTensor *t = (CTensor *)self;
@@ -632,11 +643,7 @@ static PyObject *get_code(PyObject *self, void *c) {
 	int64_t v[3] = {t->code, t->bits, t->lanes};
 	return tuple_of(v, 3);
 }
-static PyObject *get_dev(PyObject *self, void *c) {
-	CTensor *t = (CTensor *)self;
-	int64_t v[2] = {t->dev_type, t->dev_id};
-	return tuple_of(v, 2);
-}
+static PyObject *get_dev(PyObject *self, void *c) { return dev_tuple((CTensor *)self); }
 static PyObject *get_flags(PyObject *self, void *c) { return PyLong_FromLongLong(((CTensor *)self)->flags); }
 static PyObject *get_itemsize(PyObject *self, void *c) { return PyLong_FromLongLong(((CTensor *)self)->itemsize); }
 static PyObject *get_stream(PyObject *self, void *c) { return PyLong_FromUnsignedLongLong(((CTensor *)self)->stream); }
