@@ -247,6 +247,14 @@ func AllocCUDA(dev int, dt dlpack.DataType, shape ...int64) (*View, error) {
 	return Wrap(spec, &m.owner)
 }
 
+// AllocatedCUDA reports whether v's memory is device memory the engine
+// allocated (AllocCUDA, AllocCUDAAsync), not memory wrapped from someone
+// else (DLPack, CAI, a raw pointer).
+func (v *View) AllocatedCUDA() bool {
+	_, ok := v.owner.rel.(*cudaMemory)
+	return ok
+}
+
 // AllocCUDAAsync allocates device memory in stream order on s
 // (cuMemAllocAsync) from the default memory pool of s's device, which keeps
 // up to a quarter of the device's memory reserved after frees so that the

@@ -403,7 +403,14 @@ func copyOptions(stream C.int64_t, nonBlocking C.int32_t) (pybridge.CopyOptions,
 }
 
 // dlb_copy_on is copy_(src, non_blocking=, stream=): stream 0 means the
-// work stream. Without non_blocking the copy is complete on return.
+// work stream. Without non_blocking (0) the copy is complete on return.
+// Mode 2, from the extension for a blocking copy between device tensors
+// that no export, interface or address given out makes visible outside
+// dlbridge, leaves the copy in flight when Go agrees that both are alone
+// too: nobody can tell it from a complete one, since everything that
+// reads or writes them through dlbridge is ordered after it (as for a new
+// tensor from to()), and a device-to-device copy_ then costs what
+// PyTorch's does (no synchronization).
 //
 //export dlb_copy_on
 func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C.int32_t {
@@ -422,8 +429,19 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 			return err
 		}
 		defer s.Return()
+		if nonBlocking == 2 {
+			opts.NonBlocking = alone(d) && alone(s)
+		}
 		return pybridge.CopyInto(d, s, opts)
 	})
+}
+
+// alone reports whether only t's handle, borrowed once by the caller,
+// holds t's memory, and the engine allocated it on a device: no other
+// handle, view or Go export, nor an owner outside dlbridge.
+func alone(t *pybridge.Tensor) bool {
+	v := t.View
+	return v.Device().Type == dlpack.CUDA && v.AllocatedCUDA() && v.Owner().Refs() == 2 // the handle's and the borrow's
 }
 
 //export dlb_to

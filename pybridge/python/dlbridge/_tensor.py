@@ -100,6 +100,10 @@ class _PyTensorBase:
         except Exception:  # interpreter shutdown: the library may be gone
             pass
 
+    def _share(self):
+        """The C base notes that the address went out (see _core.c's
+        alone); this path never leaves a blocking copy_ in flight."""
+
     def _pin(self):
         """Keep the memory until this object is collected: NumPy, CuPy and
         others that read __array_interface__ or __cuda_array_interface__ keep
@@ -169,7 +173,9 @@ class Tensor(_Base):
     def handle(self):
         """The library's handle for this tensor, for Go functions of your own
         (see dlbridge.library); valid while the tensor is open."""
-        return self._handle()
+        h = self._handle()
+        self._share()
+        return h
 
     def _handle(self):
         h = self._h
@@ -249,6 +255,7 @@ class Tensor(_Base):
     def data_ptr(self):
         """The address of element [0, ..., 0]."""
         self._handle()
+        self._share()  # whoever uses it is not ordered by dlbridge: copy_ completes from now on
         return self._ptr
 
     def is_contiguous(self):
@@ -412,7 +419,11 @@ class Tensor(_Base):
         handle, a torch/cupy stream or an object with __cuda_stream__). It
         is complete on return unless non_blocking=True, which leaves a
         device destination in flight: dlbridge's own readers and every
-        export then wait for it. A pageable source may be reused at once."""
+        export then wait for it. A pageable source may be reused at once.
+        A copy between two device tensors that only dlbridge can reach
+        (allocated by dlbridge; never exported, viewed, or given out by
+        data_ptr or an interface dictionary) may stay in flight too, as
+        PyTorch's does: nothing can tell it from a complete one."""
         nb = 1 if non_blocking else 0
         if isinstance(src, Tensor):
             h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, src._dev))

@@ -208,6 +208,7 @@ typedef struct {
 	uint64_t stream;
 	int closed; // close() was called
 	int pinned; // a consumer holds this object, not a DLPack export: keep the memory until dealloc
+	int shared; // the address went out (data_ptr, handle, the exchange API's DLTensor): see alone()
 	int negstride;
 	int64_t *shape, *strides;      // in elements
 	Py_ssize_t *bstrides;          // in bytes, for the buffer protocol
@@ -607,6 +608,11 @@ static PyObject *ct_pin(PyObject *self, PyObject *unused) {
 	Py_RETURN_NONE;
 }
 
+static PyObject *ct_share(PyObject *self, PyObject *unused) {
+	((CTensor *)self)->shared = 1;
+	Py_RETURN_NONE;
+}
+
 static PyObject *tuple_of(const int64_t *v, int n) {
 	PyObject *tup = PyTuple_New(n);
 	if (!tup) return NULL;
@@ -719,6 +725,7 @@ static PyMethodDef ct_methods[] = {
 	{"__dlpack_device__", ct_dlpack_device, METH_NOARGS, "(device_type, device_id)"},
 	{"close", ct_close, METH_NOARGS, "Release this tensor's hold on its memory. Idempotent."},
 	{"_pin", ct_pin, METH_NOARGS, "Keep the memory until this object is collected."},
+	{"_share", ct_share, METH_NOARGS, "Note that the address went out of dlbridge (data_ptr, handle)."},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -923,9 +930,20 @@ static CTensor *ctensor_arg(PyObject *o, const char *fn) {
 	return check_open((CTensor *)o) < 0 ? NULL : (CTensor *)o;
 }
 
+// alone reports whether nothing outside dlbridge can reach t's memory from
+// this object: no DLPack export alive (the keeper's count), no interface
+// dictionary handed out (pinned), no address given away (shared). Go adds
+// what only it knows (dlb_copy_on's mode 2).
+static int alone(CTensor *t) {
+	return !t->pinned && !t->shared && atomic_load_explicit(&t->keeper->refs, memory_order_acquire) == 1;
+}
+
 // copy(dst, src, stream, non_blocking) is Tensor.copy_ on tensors (the
 // stream already a handle, 0: the work stream): one Go call without the
-// GIL, then dst's pending stream as Go left it.
+// GIL, then dst's pending stream as Go left it. A blocking copy between
+// tensors that are alone goes as mode 2: Go may leave it in flight, since
+// no one but dlbridge, which orders every reader and writer after it, can
+// tell (see dlb_copy_on).
 static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 4, 4, "copy") < 0) return NULL;
 	CTensor *dst = ctensor_arg(args[0], "copy"), *src = dst ? ctensor_arg(args[1], "copy") : NULL;
@@ -934,6 +952,7 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	if (stream == -1 && PyErr_Occurred()) return NULL;
 	int nb = PyObject_IsTrue(args[3]);
 	if (nb < 0) return NULL;
+	if (!nb && dst->dev_type == DLB_CUDA && src->dev_type == DLB_CUDA && alone(dst) && alone(src)) nb = 2;
 	NEED_LIBRARY(return NULL);
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
@@ -946,7 +965,7 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	if (dst->dev_type == DLB_CUDA) {
 		if (!nb) {
 			dst->stream = 0; // complete on return: no write pending
-		} else {
+		} else { // in flight (non_blocking, or mode 2 when Go left it so)
 			dlb_info info;
 			if ((rc = T->info_get(dst->handle, &info))) {
 				raise_last(rc);
@@ -1248,6 +1267,7 @@ static int ex_dltensor(void *obj, dlb_DLTensor *out) {
 	}
 	CTensor *t = obj;
 	if (check_open(t) < 0) return -1;
+	t->shared = 1; // the consumer reads the address with no reference of ours
 	out->data = (void *)(uintptr_t)t->ptr;
 	out->device.device_type = t->dev_type;
 	out->device.device_id = t->dev_id;

@@ -219,6 +219,56 @@ def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
     """, fastpath)
 
 
+def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
+    """copy_ between device tensors that only dlbridge can reach stays in
+    flight (PyTorch's cost: no synchronization), and every way out of
+    dlbridge makes it complete again: a live export, a view, data_ptr,
+    the CUDA array interface, memory dlbridge did not allocate. Readers
+    through dlbridge see the copied data either way."""
+    run(fake_lib, r"""
+    import numpy as np
+    def fresh():
+        t = dlbridge.arange(256, dtype="float32", device="cuda")
+        dlbridge.synchronize(0)
+        return t
+    src, dst = fresh(), dlbridge.zeros(256, dtype="float32", device="cuda")
+    dlbridge.synchronize(0)
+    dst.copy_(src)
+    assert dst._stream == WORK, "a copy between private tensors should stay in flight"
+    assert float(np.from_dlpack(dst.to("cpu")).sum()) == sum(range(256))  # ordered after it
+    cap = dst.__dlpack__(max_version=(1, 3))  # a live export: someone else can read dst
+    dst.copy_(src)
+    assert dst._stream == 0, "copy_ into an exported tensor must be complete on return"
+    del cap
+    dst.copy_(src)
+    assert dst._stream == WORK, "the export is gone: private again"
+    view = dst[:128]
+    dst.copy_(src)
+    assert dst._stream == 0, "a view holds the memory too"
+    view.close()
+    s2 = fresh()
+    s2.data_ptr()  # the address went out: s2 may be written behind dlbridge's back
+    dst.copy_(s2)
+    assert dst._stream == 0
+    d2 = dlbridge.zeros(256, dtype="float32", device="cuda")
+    d2.__cuda_array_interface__
+    d2.copy_(src)
+    assert d2._stream == 0
+    d3 = dlbridge.zeros(256, dtype="float32", device="cuda")
+    d3.copy_(src, non_blocking=True)
+    assert d3._stream == WORK
+    alias = dlbridge.from_pointer(dst.data_ptr(), (256,), "float32", device="cuda:0", owner=dst)
+    alias.copy_(src)
+    assert alias._stream == 0, "memory dlbridge did not allocate: complete on return"
+    """)
+    run(fake_lib, r"""
+    src = dlbridge.arange(256, dtype="float32", device="cuda")
+    dst = dlbridge.zeros(256, dtype="float32", device="cuda")
+    dst.copy_(src)
+    assert dst._stream == 0, "the ctypes path keeps every blocking copy_ complete"
+    """, fastpath=False)
+
+
 def test_cai_import_from_a_side_stream(fake_lib):
     """CAI v3 import: the producer's stream is the pending write; a copy
     made by dlbridge orders after it, and the legacy stream never waits."""
