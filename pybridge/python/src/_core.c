@@ -285,6 +285,21 @@ static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info) {
 	return (PyObject *)t;
 }
 
+// import_tensor hands the DLPack tensor mt to Go and returns a cls
+// instance owning the handle. pending, when not 0, is the CUDA stream the
+// producer ordered its writes before (1 for the legacy default stream),
+// instead of our work stream; Go runs mt's deleter if the import fails.
+static PyObject *import_tensor(PyObject *cls, void *mt, int versioned, int64_t pending) {
+	uint64_t h;
+	dlb_info info;
+	int32_t rc = pending ? T->import_on(mt, versioned, 1, pending, &h, &info) : T->import_(mt, versioned, 1, &h, &info);
+	if (rc) {
+		raise_last(rc);
+		return NULL;
+	}
+	return new_tensor(cls, h, &info);
+}
+
 static void ct_dealloc(PyObject *self) {
 	CTensor *t = (CTensor *)self;
 	PyTypeObject *tp = Py_TYPE(self);
@@ -848,14 +863,7 @@ static PyObject *take_capsule(PyObject *cls, PyObject *cap, PyObject *producer, 
 	// Ours now: renamed first, so that the capsule's destructor will not run
 	// the deleter that Go owns from here on (Go runs it even if the import fails).
 	if (PyCapsule_SetName(cap, versioned ? name_used_versioned : name_used_legacy) < 0) return NULL;
-	uint64_t h;
-	dlb_info info;
-	int32_t rc = pending ? T->import_on(mt, versioned, 1, pending, &h, &info) : T->import_(mt, versioned, 1, &h, &info);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
-	return new_tensor(cls, h, &info);
+	return import_tensor(cls, mt, versioned, pending);
 }
 
 // The DLPack 1.3 exchange API (dlpack.h), consumer and producer sides.
@@ -875,8 +883,9 @@ typedef struct {
 } dlb_exchange_api;
 
 // exchange_import(cls, obj, api_capsule): obj's producer exports through its
-// C exchange API (no Python-level __dlpack__); its current stream is
-// ordered before our work stream.
+// C exchange API (no Python-level __dlpack__). A CUDA tensor's pending
+// write is on the producer's current work stream: every reader is ordered
+// after it when it reads, nothing waits at import.
 static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
 	dlb_exchange_api *ex = PyCapsule_GetPointer(api, "dlpack_exchange_api");
 	if (!ex) return NULL;
@@ -898,25 +907,9 @@ static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
 				PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's current_work_stream failed");
 			return NULL;
 		}
-		// The tensor's pending write is on the producer's stream; every reader
-		// is ordered after it when it reads (no wait at import).
-		uint64_t h;
-		dlb_info info;
-		int32_t rc = T->import_on(mt, 1, 1, (int64_t)(uintptr_t)s, &h, &info);
-		if (rc) {
-			raise_last(rc);
-			return NULL;
-		}
-		return new_tensor(cls, h, &info);
+		return import_tensor(cls, mt, 1, s ? (int64_t)(uintptr_t)s : 1); // NULL: the legacy default stream
 	}
-	uint64_t h;
-	dlb_info info;
-	int32_t rc = T->import_(mt, 1, 1, &h, &info);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
-	return new_tensor(cls, h, &info);
+	return import_tensor(cls, mt, 1, 0);
 }
 
 // ---- copy_ and to ----
@@ -1093,10 +1086,11 @@ static int consumer_stream(PyObject *kind, int32_t dev_id, int64_t *stream, int6
 // for __dlpack__(stream=<see consumer_stream for CUDA, else None>,
 // max_version=(1, 3)), or for __dlpack__(stream=...) when its type is in
 // the set legacy (producers that refuse max_version). describe(type) says
-// what a producer type offers (producer_kinds). It returns NotImplemented
-// where the Python path must decide (a device pair that is not two ints, a
-// TypeError from a producer not yet known as legacy, a dlbridge tensor whose
-// write is pending on a stream of another library), so that every error
+// what a producer type offers (producer_kinds). A dlbridge tensor whose
+// write is pending on another library's stream goes through __dlpack__,
+// not the exchange API. It returns NotImplemented where the Python path
+// must decide (no __dlpack_device__, a device pair that is not two ints, a
+// TypeError from a producer not yet known as legacy), so that every error
 // message and retry has one home, in Python.
 static PyObject *m_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 4, 4, "from_dlpack") < 0) return NULL;
@@ -1247,14 +1241,7 @@ static int ex_to_py(dlb_DLManagedTensorVersioned *mt, void **out) {
 		call_deleter(mt, 1);
 		return -1;
 	}
-	uint64_t h;
-	dlb_info info;
-	int32_t rc = T->import_(mt, 1, 1, &h, &info);
-	if (rc) {
-		raise_last(rc);
-		return -1;
-	}
-	PyObject *o = new_tensor(tensor_class, h, &info);
+	PyObject *o = import_tensor(tensor_class, mt, 1, 0);
 	if (!o) return -1;
 	*out = o;
 	return 0;
