@@ -118,6 +118,11 @@ class CAIOnly:
     def __init__(self, t):
         self.t = t
         self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+class CAIOn:
+    """What a producer that wrote t on stream reports through CAI v3."""
+    def __init__(self, t, stream):
+        self.__cuda_array_interface__ = dict(t.__cuda_array_interface__, stream=stream)
 '''
 
 
@@ -278,10 +283,7 @@ def test_cai_import_from_a_side_stream(fake_lib):
     x.copy_(x)
     slow_write(x, 3.0, side)
     reset()
-    d = dict(x.__cuda_array_interface__, stream=side)  # what the producer on its side stream reports
-    class Obj: pass
-    o = Obj(); o.__cuda_array_interface__ = d
-    t = dlbridge.asarray(o)
+    t = dlbridge.asarray(CAIOn(x, side))
     assert t._stream == side and log() == []
     assert t.sum() == 3.0 * 256
     assert "w work<-side" in log() and not any(e.startswith("w legacy") for e in log()), log()
@@ -405,9 +407,7 @@ def test_cai_import_then_dlbridge_import(fake_lib, fastpath):
     x = dlbridge.zeros(256, dtype="float32", device="cuda")
     x.copy_(x)
     slow_write(x, 4.0, side)
-    class Obj: pass
-    o = Obj(); o.__cuda_array_interface__ = dict(x.__cuda_array_interface__, stream=side)
-    t = dlbridge.asarray(o)
+    t = dlbridge.asarray(CAIOn(x, side))
     u = dlbridge.from_dlpack(t)
     cap = u.__dlpack__(stream=cons, max_version=(1, 3))
     assert read_f32(u, cons) == [4.0], read_f32(u, cons)
@@ -425,9 +425,7 @@ def test_exchange_api_consumer_of_a_cai_import(fake_lib):
     x = dlbridge.zeros(256, dtype="float32", device="cuda")
     x.copy_(x)
     slow_write(x, 6.0, side)
-    class Obj: pass
-    o = Obj(); o.__cuda_array_interface__ = dict(x.__cuda_array_interface__, stream=side)
-    t = dlbridge.asarray(o)
+    t = dlbridge.asarray(CAIOn(x, side))
     class Hdr(ctypes.Structure):
         _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev", vp)]
     class API(ctypes.Structure):
