@@ -94,11 +94,11 @@ func Convert(dst, src *View, s *cuda.Stream) error { return DefaultCopier().Conv
 // touches them.
 func waitHost(vs ...*View) error {
 	for _, v := range vs {
-		if p := v.pend.Load(); p != nil {
+		if p := v.owner.pend.Load(); p != nil {
 			if err := p.wait(v.device); err != nil {
 				return fmt.Errorf("zerocopy: %w", err)
 			}
-			v.pend.CompareAndSwap(p, nil)
+			v.owner.pend.CompareAndSwap(p, nil)
 		}
 	}
 	return nil

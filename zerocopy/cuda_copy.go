@@ -204,7 +204,7 @@ func noteUseHandle(v *View, h uintptr) {
 // their pending writes.
 func (c *Copier) hostToHost(dst, src *View) error {
 	for _, v := range [...]*View{src, dst} {
-		if p := v.pend.Load(); p != nil {
+		if p := v.owner.pend.Load(); p != nil {
 			if err := p.wait(v.device); err != nil {
 				return fmt.Errorf("zerocopy: CopyCUDA: %w", err)
 			}

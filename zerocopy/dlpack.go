@@ -109,7 +109,7 @@ func fromDLPack(p unsafe.Pointer, legacy bool, opts []ImportOption) (*View, erro
 	v.owner = o
 	for _, opt := range opts {
 		if opt.stream != 0 {
-			v.pend.Store(newPending(opt.stream, -1))
+			v.owner.pend.Store(newPending(opt.stream, -1))
 		}
 	}
 	trackLeak(v)

@@ -30,7 +30,7 @@ func Fill(v *View, x Value, s *cuda.Stream) error {
 		return nil
 	}
 	if onHost(v) {
-		if p := v.pend.Load(); p != nil {
+		if p := v.owner.pend.Load(); p != nil {
 			if err := p.wait(v.device); err != nil {
 				return fmt.Errorf("zerocopy: Fill: %w", err)
 			}

@@ -34,6 +34,11 @@ type Owner struct {
 	// last release took it. A lock-free list keeps Owner small (importers
 	// embed one per tensor) and costs nothing when no hook is registered.
 	hooks atomic.Pointer[hook]
+	// pend is the write queued on a stream into this memory, nil if none
+	// (pending.go). It lives here, not on a View, because it belongs to the
+	// memory: a write through one view (a slice, a Retain, a Python handle
+	// of its own) must order every reader through any other.
+	pend  atomic.Pointer[pendingWrite]
 	rel   Releaser
 	label string
 }
@@ -63,6 +68,7 @@ func (o *Owner) Init(r Releaser, label string) {
 	o.rel, o.label = r, label
 	o.released.Store(false)
 	o.hooks.Store(nil)
+	o.pend.Store(nil)
 	o.refs.Store(1)
 }
 

@@ -86,7 +86,7 @@ func pendingOn(s *cuda.Stream) *pendingWrite {
 // per-thread default stream) of the last write to v's memory that may still
 // be running, 0 if none.
 func (v *View) Stream() uintptr {
-	p := v.pend.Load()
+	p := v.owner.pend.Load()
 	if p == nil || p.done.Load() {
 		return 0
 	}
@@ -97,16 +97,17 @@ func (v *View) Stream() uintptr {
 // none) writes v's memory: readers on other streams wait for it (CopyCUDA,
 // OrderBefore, the CUDA Array Interface), the host with Synchronize. It
 // replaces the write pending before, which must be ordered before s's new
-// work by the caller. Views derived from v afterwards share the write.
-func (v *View) SetStream(s uintptr) { v.pend.Store(newPending(s, -1)) }
+// work by the caller. Every view of the same memory (the same Owner) shares
+// the write, whenever it was made.
+func (v *View) SetStream(s uintptr) { v.owner.pend.Store(newPending(s, -1)) }
 
 // setPending records a write queued on s (nil: none).
 func (v *View) setPending(s *cuda.Stream) {
 	if s == nil {
-		v.pend.Store(nil)
+		v.owner.pend.Store(nil)
 		return
 	}
-	v.pend.Store(pendingOn(s))
+	v.owner.pend.Store(pendingOn(s))
 }
 
 // OrderBefore makes work queued from now on on the consumer stream (a
@@ -124,7 +125,7 @@ func (v *View) OrderBefore(consumer uintptr) error {
 	if consumer == 0 {
 		return fmt.Errorf("zerocopy: OrderBefore: stream 0 is ambiguous (use 1 for the legacy default stream, 2 for the per-thread one)")
 	}
-	p := v.pend.Load()
+	p := v.owner.pend.Load()
 	// Stream-ordered memory is freed after the work the consumer has
 	// queued by now (what it queues later is its own to order: it holds
 	// the tensor until then, as with PyTorch's and CuPy's exports).
@@ -149,7 +150,7 @@ func (v *View) OrderBefore(consumer uintptr) error {
 
 // waitOn makes s wait for the write pending on v (see OrderBefore).
 func (v *View) waitOn(s *cuda.Stream) error {
-	p := v.pend.Load()
+	p := v.owner.pend.Load()
 	if p == nil || p.done.Load() || p.stream == s.Handle() || p.ordered(s.Handle()) {
 		return nil
 	}
@@ -172,14 +173,14 @@ func (v *View) Synchronize() error {
 	if err := v.check(); err != nil {
 		return err
 	}
-	p := v.pend.Load()
+	p := v.owner.pend.Load()
 	if p == nil {
 		return nil
 	}
 	if err := p.wait(v.device); err != nil {
 		return err
 	}
-	v.pend.CompareAndSwap(p, nil)
+	v.owner.pend.CompareAndSwap(p, nil)
 	return nil
 }
 

@@ -309,3 +309,48 @@ func TestWaitStream(t *testing.T) {
 		t.Fatalf("read %v, want [9]", got)
 	}
 }
+
+// TestPendingWriteBelongsToTheMemory: a write left in flight through one
+// view (here a slice) is the pending write of every view of that memory,
+// whenever it was made: a reader through any of them is ordered after it.
+func TestPendingWriteBelongsToTheMemory(t *testing.T) {
+	needCUDA(t)
+	s, err := zerocopy.WorkStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 8)
+	whole = mustView(t, whole, err)
+	src, err := zerocopy.AllocCUDA(0, dlpack.Float32Type, 4)
+	src = mustView(t, src, err)
+	for _, v := range []*zerocopy.View{whole, src} {
+		if err := v.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retained, err := whole.Retain()
+	retained = mustView(t, retained, err)
+	head, err := whole.Slice(0, 0, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := zerocopy.Convert(head, src, s); err != nil {
+		t.Fatal(err)
+	}
+	tail, err := whole.Slice(0, 4, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]*zerocopy.View{"the slice written": head, "the parent": whole,
+		"a Retain made before": retained, "a slice made after": tail} {
+		if got := v.Stream(); got != s.Handle() {
+			t.Errorf("%s: Stream() = %#x, want the write's stream %#x", name, got, s.Handle())
+		}
+	}
+	if err := retained.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if got := head.Stream(); got != 0 {
+		t.Errorf("after Synchronize through another view, the slice's Stream() = %#x, want 0", got)
+	}
+}

@@ -33,7 +33,7 @@ func Sum(v *View, s *cuda.Stream) (Value, error) {
 			return Value{}, fmt.Errorf("zerocopy: Sum: %w", err)
 		}
 		v = h
-	} else if p := v.pend.Load(); p != nil {
+	} else if p := v.owner.pend.Load(); p != nil {
 		if err := p.wait(v.device); err != nil {
 			return Value{}, fmt.Errorf("zerocopy: Sum: %w", err)
 		}

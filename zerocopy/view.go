@@ -49,7 +49,6 @@ type View struct {
 	copied   bool
 	foreign  bool
 	closed   atomic.Bool
-	pend     atomic.Pointer[pendingWrite] // the write queued on a stream, nil if none (pending.go)
 	owner    *Owner
 	holder   *View       // the view whose reference this one borrows; nil when it holds its own
 	leak     *leakRecord // the leak safety net, when SetLeakReporter was on at creation
@@ -81,7 +80,9 @@ func newView(s Spec, owner *Owner) (*View, error) {
 	}
 	v := &View{base: s.Ptr, lay: l, device: s.Device,
 		readOnly: s.ReadOnly, copied: s.Copied, foreign: s.Foreign, owner: owner}
-	v.pend.Store(newPending(s.Stream, -1))
+	if s.Stream != 0 { // a view of memory that has others keeps their pending write
+		v.owner.pend.Store(newPending(s.Stream, -1))
+	}
 	trackLeak(v)
 	return v, nil
 }
@@ -245,7 +246,6 @@ func (v *View) sub(l *Layout) *View {
 	if l != nil {
 		nv.lay = *l
 	}
-	nv.pend.Store(v.pend.Load())
 	return nv
 }
 

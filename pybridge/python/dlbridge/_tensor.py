@@ -289,6 +289,8 @@ class Tensor(_Base):
         if not (self._flags & _lib.INFO_C_CONTIGUOUS):
             d["strides"] = tuple(s * self._itemsize for s in self._strides)
         if cuda:
+            if _core is None:  # the slot is a cache: a write through another view may be pending since
+                self._refresh_stream()
             d["stream"] = self._stream or None
         return d
 

@@ -205,7 +205,8 @@ typedef struct {
 	int32_t ndim;
 	uint32_t flags; // DLB_INFO_*
 	int32_t itemsize;
-	uint64_t stream;
+	uint64_t stream; // Go's pending write (View.Stream) as of epoch: see fresh_stream
+	uint64_t epoch;
 	int closed; // close() was called
 	int pinned; // a consumer holds this object, not a DLPack export: keep the memory until dealloc
 	int shared; // the address went out (data_ptr, handle, the exchange API's DLTensor): see alone()
@@ -223,7 +224,19 @@ static int is_ctensor(PyObject *o) { return o && PyObject_TypeCheck(o, ctensor_t
 
 // fill sets t from a handle's info; t takes over the handle. -1 with an
 // exception set on failure (the handle is then closed).
-static int fill(CTensor *t, uint64_t h, const dlb_info *info) {
+// Each _CTensor caches the stream of the write pending on its memory, so
+// that an export needs no call into Go. A write left in flight through one
+// object (copy_ with non_blocking, or between private tensors) is pending on
+// the memory, which other objects (views, other handles) share: it bumps
+// writes_epoch, and every object whose cache is older asks Go again before
+// trusting it (fresh_stream). Without such writes the check is one load.
+static _Atomic uint64_t writes_epoch;
+
+static uint64_t epoch_now(void) { return atomic_load_explicit(&writes_epoch, memory_order_acquire); }
+
+static void note_write_in_flight(void) { atomic_fetch_add_explicit(&writes_epoch, 1, memory_order_acq_rel); }
+
+static int fill(CTensor *t, uint64_t h, const dlb_info *info, uint64_t epoch) {
 	int n = info->ndim;
 	int cap = n > INLINE_DIMS ? n : INLINE_DIMS;
 	if (n > INLINE_DIMS) {
@@ -256,6 +269,7 @@ static int fill(CTensor *t, uint64_t h, const dlb_info *info) {
 	t->flags = info->flags;
 	t->itemsize = info->itemsize;
 	t->stream = info->stream;
+	t->epoch = epoch;
 	t->negstride = 0;
 	for (int i = 0; i < n; i++) {
 		t->shape[i] = info->shape[i];
@@ -267,7 +281,8 @@ static int fill(CTensor *t, uint64_t h, const dlb_info *info) {
 }
 
 // new_tensor makes an instance of cls (a subclass of _CTensor) owning h.
-static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info) {
+// new_tensor wraps handle h, whose info Go gave after epoch was read.
+static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info, uint64_t epoch) {
 	if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, ctensor_type)) {
 		T->close(h);
 		PyErr_SetString(PyExc_TypeError, "dlbridge: the class must be a subclass of _CTensor");
@@ -278,7 +293,7 @@ static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info) {
 		T->close(h);
 		return NULL;
 	}
-	if (fill(t, h, info) < 0) {
+	if (fill(t, h, info, epoch) < 0) {
 		Py_DECREF(t);
 		return NULL;
 	}
@@ -290,14 +305,14 @@ static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info) {
 // producer ordered its writes before (1 for the legacy default stream),
 // instead of our work stream; Go runs mt's deleter if the import fails.
 static PyObject *import_tensor(PyObject *cls, void *mt, int versioned, int64_t pending) {
-	uint64_t h;
+	uint64_t h, e = epoch_now();
 	dlb_info info;
 	int32_t rc = pending ? T->import_on(mt, versioned, 1, pending, &h, &info) : T->import_(mt, versioned, 1, &h, &info);
 	if (rc) {
 		raise_last(rc);
 		return NULL;
 	}
-	return new_tensor(cls, h, &info);
+	return new_tensor(cls, h, &info, e);
 }
 
 static void ct_dealloc(PyObject *self) {
@@ -324,6 +339,27 @@ static int check_open(CTensor *t) {
 		return -1;
 	}
 	return 0;
+}
+
+// refresh_stream re-reads t's pending stream from Go.
+static int refresh_stream(CTensor *t) {
+	uint64_t e = epoch_now();
+	dlb_info info;
+	int32_t rc = T->info_get(t->handle, &info);
+	if (rc) {
+		raise_last(rc);
+		return -1;
+	}
+	t->stream = info.stream;
+	t->epoch = e;
+	return 0;
+}
+
+// fresh_stream makes t->stream current (see writes_epoch) for a device
+// tensor, whose exports order after it; t must be open.
+static int fresh_stream(CTensor *t) {
+	if (t->dev_type != DLB_CUDA || t->epoch == epoch_now()) return 0;
+	return refresh_stream(t);
 }
 
 // fast_export builds a managed tensor over t's memory held by t's keeper.
@@ -529,7 +565,7 @@ static PyObject *ct_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nar
 			}
 		}
 	}
-	if (check_open(t) < 0) return NULL;
+	if (check_open(t) < 0 || fresh_stream(t) < 0) return NULL;
 	int versioned = 0;
 	if (max_version && max_version != Py_None) {
 		long long mv[2];
@@ -667,7 +703,11 @@ static PyObject *get_code(PyObject *self, void *c) {
 static PyObject *get_dev(PyObject *self, void *c) { return dev_tuple((CTensor *)self); }
 static PyObject *get_flags(PyObject *self, void *c) { return PyLong_FromLongLong(((CTensor *)self)->flags); }
 static PyObject *get_itemsize(PyObject *self, void *c) { return PyLong_FromLongLong(((CTensor *)self)->itemsize); }
-static PyObject *get_stream(PyObject *self, void *c) { return PyLong_FromUnsignedLongLong(((CTensor *)self)->stream); }
+static PyObject *get_stream(PyObject *self, void *c) {
+	CTensor *t = (CTensor *)self;
+	if (!t->closed && t->keeper && !forked() && fresh_stream(t) < 0) return NULL;
+	return PyLong_FromUnsignedLongLong(t->stream);
+}
 static int set_stream(PyObject *self, PyObject *v, void *c) {
 	if (!v) {
 		PyErr_SetString(PyExc_TypeError, "cannot delete _stream");
@@ -675,7 +715,9 @@ static int set_stream(PyObject *self, PyObject *v, void *c) {
 	}
 	unsigned long long s = PyLong_AsUnsignedLongLong(v);
 	if (s == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+	if (s) note_write_in_flight(); // Python read it from Go after queuing a write (_refresh_stream)
 	((CTensor *)self)->stream = s;
+	((CTensor *)self)->epoch = epoch_now();
 	return 0;
 }
 
@@ -795,13 +837,14 @@ static PyObject *m_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	unsigned long long h = PyLong_AsUnsignedLongLong(args[1]);
 	if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
 	NEED_LIBRARY(return NULL);
+	uint64_t e = epoch_now();
 	dlb_info info;
 	int32_t rc = T->info_get(h, &info);
 	if (rc) {
 		raise_last(rc);
 		return NULL;
 	}
-	return new_tensor(args[0], h, &info);
+	return new_tensor(args[0], h, &info, e);
 }
 
 // take(cls, capsule, producer=None, pending=None) consumes a DLPack
@@ -959,12 +1002,8 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 		if (!nb) {
 			dst->stream = 0; // complete on return: no write pending
 		} else { // in flight (non_blocking, or mode 2 when Go left it so)
-			dlb_info info;
-			if ((rc = T->info_get(dst->handle, &info))) {
-				raise_last(rc);
-				return NULL;
-			}
-			dst->stream = info.stream;
+			note_write_in_flight();
+			if (refresh_stream(dst) < 0) return NULL;
 		}
 	}
 	Py_RETURN_NONE;
@@ -982,7 +1021,7 @@ static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	int nb = PyObject_IsTrue(args[5]);
 	if (nb < 0) return NULL;
 	NEED_LIBRARY(return NULL);
-	uint64_t h;
+	uint64_t h, e = epoch_now();
 	dlb_info info;
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
@@ -992,7 +1031,7 @@ static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 		raise_last(rc);
 		return NULL;
 	}
-	return new_tensor(args[0], h, &info);
+	return new_tensor(args[0], h, &info, e);
 }
 
 // ---- from_dlpack's common case ----
@@ -1102,9 +1141,10 @@ static PyObject *m_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t 
 	int pending_elsewhere = 0;
 	if (is_ctensor(obj)) {
 		CTensor *t = (CTensor *)obj;
-		if (t->dev_type == DLB_CUDA && t->stream) {
+		if (t->dev_type == DLB_CUDA && !t->closed && t->keeper) {
 			NEED_LIBRARY(goto done);
-			pending_elsewhere = (int64_t)t->stream != work_stream(t->dev_id);
+			if (fresh_stream(t) < 0) goto done;
+			pending_elsewhere = t->stream && (int64_t)t->stream != work_stream(t->dev_id);
 		}
 	}
 	// A dlbridge tensor with a write pending on another library's stream
@@ -1213,7 +1253,7 @@ static int ex_from_py(void *obj, dlb_DLManagedTensorVersioned **out) {
 		return -1;
 	}
 	CTensor *t = obj;
-	if (check_open(t) < 0) return -1;
+	if (check_open(t) < 0 || fresh_stream(t) < 0) return -1;
 	if (t->dev_type == DLB_CUDA && t->stream) {
 		// The consumer orders itself after our work stream only (it asked
 		// current_work_stream): put the tensor's pending write before it.

@@ -274,6 +274,32 @@ def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
     """, fastpath=False)
 
 
+@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
+def test_write_through_a_view_orders_every_view(fake_lib, fastpath):
+    """A write left in flight through one view (copy_ with non_blocking) is
+    pending on the memory: an export of the parent or of another view, and
+    the parent's CUDA array interface, order the consumer after it."""
+    run(fake_lib, r"""
+    import numpy as np
+    cons = new_stream("cons")
+    t = dlbridge.zeros(256, dtype="float32", device="cuda")
+    src = dlbridge.arange(128, dtype="float32", device="cuda")
+    np.from_dlpack(t.to("cpu")); np.from_dlpack(src.to("cpu"))
+    t.copy_(t)  # settle: nothing pending on t, as each object knows
+    assert t._stream == 0
+    head, tail = t[:128], t[128:]
+    reset()
+    head.copy_(src, non_blocking=True)
+    assert head._stream == WORK
+    if dlbridge.fast_path:  # the C base's cached stream follows the memory (_core.c's writes_epoch)
+        assert t._stream == WORK and tail._stream == WORK, (t._stream, tail._stream)
+    assert t.__cuda_array_interface__["stream"] == WORK
+    cap = t.__dlpack__(stream=cons, max_version=(1, 3))
+    assert "w cons<-work" in log(), log()
+    assert read_f32(t, cons) == sorted(set(range(128)) | {0}), read_f32(t, cons)[:4]
+    """, fastpath)
+
+
 def test_cai_import_from_a_side_stream(fake_lib):
     """CAI v3 import: the producer's stream is the pending write; a copy
     made by dlbridge orders after it, and the legacy stream never waits."""
