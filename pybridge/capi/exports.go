@@ -436,6 +436,45 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 	})
 }
 
+// dlb_copy_from_host is copy_(src) for a blocking copy from host memory
+// that the extension took through the buffer protocol (a NumPy array): the
+// block at ptr (dtype code/bits/lanes, ndim extents, strides in elements)
+// is wrapped for the length of the call only, without a handle or a DLPack
+// round trip, and copied into dst, complete on return. The caller holds
+// the buffer, and so the memory, until this returns.
+//
+//export dlb_copy_from_host
+func dlb_copy_from_host(dst C.uint64_t, ptr C.uint64_t, code, bits C.uint8_t, lanes C.uint16_t, ndim C.int32_t,
+	shape, strides *C.int64_t, stream C.int64_t) C.int32_t {
+	return fence(func() error {
+		opts, err := copyOptions(stream, 0)
+		if err != nil {
+			return err
+		}
+		sh, err := int64s(shape, ndim)
+		if err != nil {
+			return err
+		}
+		st, err := int64s(strides, ndim)
+		if err != nil {
+			return err
+		}
+		d, err := borrow(dst)
+		if err != nil {
+			return err
+		}
+		defer d.Return()
+		v, err := zerocopy.Wrap(zerocopy.Spec{Ptr: uintptr(ptr), Device: dlpack.CPUDevice,
+			DType: dlpack.DataType{Code: dlpack.TypeCode(code), Bits: uint8(bits), Lanes: uint16(lanes)},
+			Shape: sh, Strides: st, ReadOnly: true, Foreign: true}, zerocopy.NewOwner(nil, "buffer"))
+		if err != nil {
+			return pybridge.WithCode(pybridge.ValueError, err)
+		}
+		defer v.Close()
+		return pybridge.CopyInto(d, &pybridge.Tensor{View: v}, opts)
+	})
+}
+
 // alone reports whether only t's handle, borrowed once by the caller,
 // holds t's memory, and the engine allocated it on a device: no other
 // handle, view or Go export, nor an owner outside dlbridge.

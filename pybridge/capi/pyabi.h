@@ -17,7 +17,7 @@
 
 // Bumped when a field changes meaning; fields are only ever appended (size
 // says how many the library has).
-#define DLB_PYEXT_API_VERSION 2
+#define DLB_PYEXT_API_VERSION 3
 
 typedef struct {
 	uint32_t version; // DLB_PYEXT_API_VERSION
@@ -48,6 +48,9 @@ typedef struct {
 	int32_t (*copy_on)(uint64_t dst, uint64_t src, int64_t stream, int32_t non_blocking);
 	int32_t (*to_on)(uint64_t h, int32_t dev_type, int32_t dev_id, int64_t stream, int32_t non_blocking, uint64_t *out,
 			 dlb_info *info);
+	// Version 3: a blocking copy_ from host memory the extension took through the buffer protocol.
+	int32_t (*copy_from_host)(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim,
+				  int64_t *shape, int64_t *strides, int64_t stream);
 } dlb_pyext_api;
 
 // dlb_pyext_table returns the library's table (static, never freed).

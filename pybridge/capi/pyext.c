@@ -48,6 +48,7 @@ static const dlb_pyext_api table = {
 	.import_on = dlb_import_on,
 	.copy_on = dlb_copy_on,
 	.to_on = dlb_to_on,
+	.copy_from_host = dlb_copy_from_host,
 };
 
 const dlb_pyext_api *dlb_pyext_table(void) { return &table; }

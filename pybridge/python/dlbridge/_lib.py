@@ -150,6 +150,7 @@ def _load_extension():
         "take": _core.take,
         "from_dlpack": _core.from_dlpack,
         "copy": _core.copy,
+        "copy_host": _core.copy_host,
         "to": _core.to,
         "set_tensor_class": _core.set_tensor_class,
     }

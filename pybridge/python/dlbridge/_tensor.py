@@ -144,6 +144,7 @@ if _core is not None:
     _core_take = _core["take"]
     _core_from_dlpack = _core["from_dlpack"]
     _core_copy = _core["copy"]
+    _core_copy_host = _core["copy_host"]
     _core_to = _core["to"]
 else:
     _Base = _PyTensorBase
@@ -436,6 +437,8 @@ class Tensor(_Base):
         else:
             # src is host data: asarray makes it a CPU tensor.
             h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev))
+            if _core is not None and not nb and _core_copy_host(self, src, h) is None:
+                return self  # a NumPy array, copied through the buffer protocol
             with asarray(src) as t:
                 if _core is not None:
                     _core_copy(self, t, h, nb)

@@ -1009,6 +1009,112 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	Py_RETURN_NONE;
 }
 
+// ---- copy_ from a NumPy array ----
+
+// ndarray_type is numpy.ndarray, remembered when first seen: copy_host
+// takes exactly that type (a subclass or another buffer exporter goes the
+// general way, as asarray would take it).
+static PyTypeObject *ndarray_type;
+
+static int is_ndarray(PyObject *o) {
+	PyTypeObject *tp = Py_TYPE(o);
+	if (ndarray_type) return tp == ndarray_type;
+	PyObject *name = PyType_GetName(tp);
+	if (!name) return -1;
+	int yes = PyUnicode_CompareWithASCIIString(name, "ndarray") == 0;
+	Py_DECREF(name);
+	if (!yes) return 0;
+	PyObject *mod = PyObject_GetAttrString((PyObject *)tp, "__module__");
+	if (!mod) return -1;
+	yes = PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "numpy") == 0;
+	Py_DECREF(mod);
+	if (yes) {
+		Py_INCREF((PyObject *)tp);
+		ndarray_type = tp;
+	}
+	return yes;
+}
+
+// buffer_dtype reads a buffer's struct format (native byte order, one
+// item) as a DLPack dtype; 0 when it is not one dlbridge has.
+static int buffer_dtype(const Py_buffer *b, uint8_t *code, uint8_t *bits) {
+	const char *f = b->format ? b->format : "B";
+	if (*f == '@' || *f == '=') f++;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	else if (*f == '<') f++;
+#endif
+	Py_ssize_t n = b->itemsize;
+	int ok;
+	switch (*f) {
+	case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+		*code = 0, ok = n == 1 || n == 2 || n == 4 || n == 8;
+		break;
+	case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+		*code = 1, ok = n == 1 || n == 2 || n == 4 || n == 8;
+		break;
+	case 'e': *code = 2, ok = n == 2; break;
+	case 'f': *code = 2, ok = n == 4; break;
+	case 'd': *code = 2, ok = n == 8; break;
+	case '?': *code = 6, ok = n == 1; break;
+	case 'Z':
+		f++;
+		*code = 5, ok = (*f == 'f' && n == 8) || (*f == 'd' && n == 16);
+		break;
+	default: return 0;
+	}
+	if (!ok || f[1] != '\0') return 0;
+	*bits = (uint8_t)(n * 8);
+	return 1;
+}
+
+// copy_host(dst, src, stream) is a blocking Tensor.copy_ from a NumPy
+// array: the array's memory is taken through the buffer protocol and
+// copied in one Go call without the GIL, with no DLPack import of the array
+// and no tensor made for it. NotImplemented when src is not exactly a
+// numpy.ndarray or its buffer is not a plain block of a dlbridge dtype:
+// the caller then goes through asarray, which has every error message.
+static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "copy_host") < 0) return NULL;
+	CTensor *dst = ctensor_arg(args[0], "copy_host");
+	if (!dst) return NULL;
+	long long stream = PyLong_AsLongLong(args[2]);
+	if (stream == -1 && PyErr_Occurred()) return NULL;
+	int nd = is_ndarray(args[1]);
+	if (nd <= 0) {
+		if (nd < 0) return NULL;
+		Py_RETURN_NOTIMPLEMENTED;
+	}
+	NEED_LIBRARY(return NULL);
+	Py_buffer b;
+	if (PyObject_GetBuffer(args[1], &b, PyBUF_RECORDS_RO) < 0) { // e.g. datetime64: NumPy refuses
+		PyErr_Clear();
+		Py_RETURN_NOTIMPLEMENTED;
+	}
+	uint8_t code, bits;
+	int64_t shape[64], strides[64];
+	int ok = b.ndim <= 64 && buffer_dtype(&b, &code, &bits);
+	for (int i = 0; ok && i < b.ndim; i++) {
+		shape[i] = b.shape[i];
+		strides[i] = b.strides[i] / b.itemsize;
+		ok = b.strides[i] % b.itemsize == 0;
+	}
+	if (!ok) {
+		PyBuffer_Release(&b);
+		Py_RETURN_NOTIMPLEMENTED;
+	}
+	int32_t rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = T->copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, stream);
+	Py_END_ALLOW_THREADS
+	PyBuffer_Release(&b);
+	if (rc) {
+		raise_last(rc);
+		return NULL;
+	}
+	if (dst->dev_type == DLB_CUDA) dst->stream = 0; // complete on return: no write pending
+	Py_RETURN_NONE;
+}
+
 // to(cls, t, dev_type, dev_id, stream, non_blocking) is Tensor.to's copy:
 // a new cls instance from one Go call without the GIL.
 static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -1353,6 +1459,8 @@ static PyMethodDef module_methods[] = {
 	 "take(cls, capsule, producer=None, pending=None): consume a DLPack capsule into a cls instance."},
 	{"copy", (PyCFunction)(void (*)(void))m_copy, METH_FASTCALL,
 	 "copy(dst, src, stream, non_blocking): Tensor.copy_ between tensors."},
+	{"copy_host", (PyCFunction)(void (*)(void))m_copy_host, METH_FASTCALL,
+	 "copy_host(dst, src, stream): a blocking Tensor.copy_ from a NumPy array; NotImplemented for anything else."},
 	{"to", (PyCFunction)(void (*)(void))m_to, METH_FASTCALL,
 	 "to(cls, t, dev_type, dev_id, stream, non_blocking): Tensor.to's copy."},
 	{"from_dlpack", (PyCFunction)(void (*)(void))m_from_dlpack, METH_FASTCALL,

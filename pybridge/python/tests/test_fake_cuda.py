@@ -316,6 +316,27 @@ def test_cai_import_from_a_side_stream(fake_lib):
     ''')
 
 
+@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
+def test_copy_from_numpy_to_a_device(fake_lib, fastpath):
+    """copy_ of NumPy arrays in any layout into device tensors (the buffer
+    path of the extension, and asarray on the ctypes path) lands exactly,
+    complete on return, on the stream given."""
+    run(fake_lib, r'''
+    import numpy as np
+    base = np.arange(24 * 10, dtype=np.float64).reshape(24, 10)
+    for a in (base, base[::2, 1::3], base[::-1], base.T, base.astype(np.float32), np.array(7.0)):
+        for dtype in ("float32", "float64", "int32"):
+            g = dlbridge.zeros(a.shape, dtype=dtype, device="cuda")
+            g.copy_(a)
+            assert g._stream == 0
+            assert np.array_equal(np.from_dlpack(g.to("cpu")), a.astype(dtype)), (a.shape, dtype)
+    s = new_stream("s")
+    g = dlbridge.zeros((10, 24), dtype="float64", device="cuda")
+    g.copy_(base.T, stream=s)
+    assert g._stream == 0 and np.array_equal(np.from_dlpack(g.to("cpu")), base.T)
+    ''', fastpath)
+
+
 def test_copy_to_and_streams(fake_lib):
     """copy_ and to with stream objects of every kind, non_blocking, cuda:1,
     cuda_host, pin_memory and is_pinned, and the pools in debug_stats."""

@@ -169,3 +169,67 @@ def test_roundtrip_numpy_go_numpy():
     assert back.ctypes.data == a.ctypes.data
     back[0] = 100
     assert a[0] == 100
+
+
+def _layouts(dtype):
+    """NumPy arrays of one dtype in the layouts copy_ meets: contiguous,
+    sliced, reversed, transposed, 0-d, empty, read-only."""
+    base = _sample(dtype, 24).reshape(4, 6)
+    ro = base.copy()
+    ro.flags.writeable = False
+    return {"contiguous": base, "every_other": base[:, ::2], "reversed": base[::-1, ::-3],
+            "transposed": base.T, "0-d": np.array(base[1, 2]), "empty": base[:0], "read-only": ro}
+
+
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+def test_copy_from_numpy_takes_the_buffer_and_matches(dtype):
+    # Tensor.copy_(ndarray) reads the array through the buffer protocol in
+    # one call (the extension's copy_host), not through a DLPack import:
+    # every layout lands exactly as NumPy's own assignment puts it, also
+    # converted into another dtype.
+    core = dlbridge._lib.core
+    for name, a in _layouts(dtype).items():
+        for dst_dtype in (dtype, "float64"):
+            if dtype.startswith("complex") and dst_dtype == "float64":
+                continue  # a complex source needs a complex destination
+            dst = dlbridge.zeros(a.shape, dtype=dst_dtype)
+            assert dst.copy_(a) is dst
+            want = np.zeros(a.shape, dtype=dst_dtype)
+            want[...] = a
+            assert np.array_equal(np.asarray(dst), want), (name, dst_dtype)
+            if core is not None:  # the fast path took it, rather than asarray
+                again = dlbridge.zeros(a.shape, dtype=dst_dtype)
+                assert core["copy_host"](again, a, 0) is None, name
+                assert np.array_equal(np.asarray(again), want), (name, dst_dtype)
+
+
+@pytest.mark.skipif(dlbridge._lib.core is None, reason="the CPython fast path is off")
+def test_copy_from_numpy_leaves_the_unusual_to_asarray():
+    # What the buffer path does not take goes the general way, which has
+    # the error messages: a subclass, another byte order, a dtype without a
+    # dlbridge counterpart, a non-array buffer.
+    copy_host = dlbridge._lib.core["copy_host"]
+    dst = dlbridge.zeros(6, dtype="float32")
+
+    class Sub(np.ndarray):
+        pass
+
+    swapped = np.arange(6, dtype=">f4")
+    for src in (np.arange(6, dtype=np.float32).view(Sub), swapped, bytearray(24),
+                np.zeros(6, dtype="datetime64[s]"), np.zeros(6, dtype=np.longdouble)):
+        assert copy_host(dst, src, 0) is NotImplemented, type(src)
+    with pytest.raises(TypeError, match="big-endian"):  # asarray's message
+        dst.copy_(swapped)
+    dst.copy_(np.arange(6, dtype=np.float32).view(Sub))  # a subclass goes through asarray
+    assert np.array_equal(np.asarray(dst), np.arange(6, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"copy_.*shape"):
+        dst.copy_(np.zeros(5, dtype=np.float32))
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        dst.copy_(np.zeros(6, dtype="datetime64[s]"))
+    ro = dlbridge.asarray(np.zeros(6, dtype=np.float32))
+    ro_np = np.zeros(6, dtype=np.float32)
+    ro_np.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        dlbridge.asarray(ro_np).copy_(np.ones(6, dtype=np.float32))
+    ro.copy_(np.ones(6, dtype=np.float32))
+    assert ro.sum() == 6
