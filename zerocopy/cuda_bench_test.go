@@ -2,6 +2,7 @@ package zerocopy_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/dlbridge/dlbridge/dlpack"
@@ -143,5 +144,93 @@ func BenchmarkCopyCUDAStagedSweep(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkStagedParts splits a staged pageable->device copy of 64 MiB
+// into what it is made of, to find where its time goes on the GPU machine:
+// the host copies into pinned memory alone (pieces of 8 MiB cut into
+// shares, as the pipeline does, by w goroutines), the DMA of pinned memory
+// alone, and the staged copy with several chunk sizes and worker counts.
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedParts -test.benchtime 30x
+func BenchmarkStagedParts(b *testing.B) {
+	needCUDA(b)
+	const size = 64 << 20
+	d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, size)
+	d = mustView(b, d, err)
+	p, err := zerocopy.AllocPinned(dlpack.Uint8Type, size)
+	p = mustView(b, p, err)
+	h := goView(b, make([]byte, size), dlpack.Uint8Type)
+	settle := func(b *testing.B) {
+		if err := d.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, w := range []int{1, 4, 8, 12} {
+		b.Run(fmt.Sprintf("memcpy-to-pinned/w%d", w), func(b *testing.B) {
+			const share = 8 << 20 / 12
+			b.SetBytes(size)
+			for b.Loop() {
+				next := make(chan int64, size/share+1)
+				for off := int64(0); off < size; off += share {
+					next <- off
+				}
+				close(next)
+				var wg sync.WaitGroup
+				for range w {
+					wg.Go(func() {
+						for off := range next {
+							end := min(off+share, size)
+							dv, err := p.Slice(0, off, end, 1)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							sv, err := h.Slice(0, off, end, 1)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if err := zerocopy.Copy(dv, sv); err != nil {
+								b.Error(err)
+							}
+							dv.Close()
+							sv.Close()
+						}
+					})
+				}
+				wg.Wait()
+			}
+		})
+	}
+	b.Run("dma-pinned", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			if err := zerocopy.CopyCUDA(d, p, nil); err != nil {
+				b.Fatal(err)
+			}
+			settle(b)
+		}
+	})
+	type knobs struct {
+		chunk   int64
+		workers int
+	}
+	for _, k := range []knobs{{0, 0}, {2 << 20, 8}, {4 << 20, 4}, {4 << 20, 8}, {4 << 20, 12}, {8 << 20, 4}, {8 << 20, 8}, {16 << 20, 12}} {
+		b.Run(fmt.Sprintf("staged/chunk%dMiB/w%d", k.chunk>>20, k.workers), func(b *testing.B) {
+			c := newCopier(b, zerocopy.CopierOptions{ChunkBytes: k.chunk, Workers: k.workers})
+			if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
+				b.Fatal(err)
+			}
+			settle(b)
+			b.SetBytes(size)
+			for b.Loop() {
+				if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
+					b.Fatal(err)
+				}
+				settle(b)
+			}
+		})
 	}
 }

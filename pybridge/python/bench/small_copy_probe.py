@@ -45,6 +45,7 @@ def main():
     work = ctypes.c_void_p(_tensor._work_stream(0))
     dst, src, nb = ctypes.c_uint64(g_dd.data_ptr()), ctypes.c_uint64(g.data_ptr()), ctypes.c_size_t(4 * n)
     hbuf = out.ctypes.data_as(ctypes.c_void_p)
+    at = dlbridge.asarray(a)
     rows = [
         ("dlbridge.synchronize(0) alone", sync),
         ("d2d  g_dd.copy_(g)", lambda: g_dd.copy_(g)),
@@ -60,7 +61,12 @@ def main():
         ("h2d-into g_dd.copy_(a) + sync", lambda: (g_dd.copy_(a), sync())),
         ("h2d-into ctypes cuMemcpyHtoDAsync+sync(work)",
          lambda: (cu.cuMemcpyHtoDAsync_v2(dst, hbuf, nb, work), cu.cuStreamSynchronize(work))),
+        ("h2d-into g_dd.copy_(at), at = asarray(a) made once, + sync", lambda: (g_dd.copy_(at), sync())),
+        ("asarray(a) + close (the import h2d pays)", lambda: dlbridge.asarray(a).close()),
+        ("ctypes cuStreamQuery(legacy) (the per-op legacy check)", lambda: cu.cuStreamQuery(ctypes.c_void_p(1))),
         ("h2d  asarray(a).to('cuda') + sync", lambda: (dlbridge.asarray(a).to("cuda"), sync())),
+        ("h2d  at.to('cuda') + sync", lambda: (at.to("cuda"), sync())),
+        ("empty(n, device='cuda') (pool alloc + free)", lambda: dlbridge.empty(n, dtype="float32", device="cuda")),
         ("d2h  g.to('cpu') + sync", lambda: (g.to("cpu"), sync())),
     ]
     if torch is not None:
