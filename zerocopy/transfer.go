@@ -569,6 +569,17 @@ func (p *pipeline) split(i, b int, emit func(pipeTask)) int {
 	return k
 }
 
+// stagedTrace, when a benchmark of this package sets it, hears each step
+// of a staged transfer (what, which piece) as it happens, so that where a
+// transfer's time goes can be seen on the GPU machine.
+var stagedTrace func(step string, piece int)
+
+func trace(step string, piece int) {
+	if stagedTrace != nil {
+		stagedTrace(step, piece)
+	}
+}
+
 func (p *pipeline) run() error {
 	x, k := p.x, len(p.r.bufs)
 	if len(p.ps) == 1 && p.split(0, 0, func(pipeTask) {}) == 1 {
@@ -594,10 +605,12 @@ func (p *pipeline) run() error {
 		}
 		b := i % k
 		<-p.free[b] // the host copies of the buffer's previous piece are done
+		trace("buffer-free", i)
 		if err := p.r.evs[b].Synchronize(); err != nil {
 			p.fail(err)
 			break
 		}
+		trace("buffer-dma-done", i)
 		if !p.h2d {
 			if err := p.move(i, b); err != nil {
 				p.fail(err)
@@ -612,6 +625,7 @@ func (p *pipeline) run() error {
 	}
 	close(p.tasks)
 	wg.Wait()
+	trace("workers-done", -1)
 	return p.failed()
 }
 
@@ -670,6 +684,7 @@ func (p *pipeline) work() {
 		if p.failed() == nil {
 			if p.h2d {
 				hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
+				trace("task-copied", t.i)
 			} else {
 				hostCopy(t.shape, t.hp, p.host.strides, t.bp, t.bstrides, x.is)
 			}
@@ -684,6 +699,7 @@ func (p *pipeline) work() {
 			} else if err := p.r.evs[t.b].Record(x.s); err != nil {
 				p.fail(err)
 			}
+			trace("dma-queued", t.i)
 		}
 		p.free[t.b] <- struct{}{}
 	}
