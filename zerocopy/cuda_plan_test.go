@@ -130,3 +130,57 @@ func TestPieces(t *testing.T) {
 		t.Errorf("third piece %+v: want host offset 6, device offset 10", ps[2])
 	}
 }
+
+func TestRampCutsTheFirstPieceIntoQuarters(t *testing.T) {
+	// A transposed 2-d upload (host column-major, device row-major) of 64
+	// rows of 64 KiB in 2 MiB buffers: pieces of 32 rows, the first cut
+	// into 4 of 8 rows.
+	const rows, cols, chunk = 64, 16 << 10, 2 << 20 // float32: a row is 64 KiB
+	hs, ds := []int64{1, rows}, []int64{cols, 1}
+	ps := ramp(pieces([]int64{rows, cols}, hs, ds, 4, chunk), hs, ds, 4, chunk)
+	if len(ps) != 4+1 {
+		t.Fatalf("%d pieces, want 5: %+v", len(ps), ps)
+	}
+	// Every element is in exactly one piece, at the right offsets.
+	seen := make(map[[2]int64]bool)
+	for _, p := range ps {
+		for r := range p.shape[0] {
+			hoff, doff := p.hoff+r*hs[0], p.doff+r*ds[0]
+			if hoff%hs[0] != 0 || doff != (hoff/hs[0])*ds[0] {
+				t.Fatalf("piece %+v row %d: host offset %d and device offset %d disagree", p, r, hoff, doff)
+			}
+			for c := int64(0); c < p.shape[1]; c += p.shape[1] - 1 {
+				k := [2]int64{hoff / hs[0], c}
+				if seen[k] {
+					t.Fatalf("element %v twice", k)
+				}
+				seen[k] = true
+			}
+		}
+	}
+	if len(seen) != rows*2 {
+		t.Fatalf("%d of %d row ends covered", len(seen), rows*2)
+	}
+	for i, p := range ps[:4] {
+		if p.shape[0] != 8 || p.doff != int64(8*i)*ds[0] {
+			t.Errorf("ramp piece %d = %+v, want 8 rows at row %d", i, p, 8*i)
+		}
+	}
+	// One piece, or pieces too small to quarter: unchanged.
+	one := pieces([]int64{100}, []int64{1}, []int64{1}, 4, chunk)
+	if got := ramp(one, []int64{1}, []int64{1}, 4, chunk); len(got) != 1 {
+		t.Errorf("a one-piece transfer was cut: %+v", got)
+	}
+}
+
+func TestStagedWorkersGrowWithTheTransfer(t *testing.T) {
+	for _, c := range []struct {
+		most int
+		n    int64
+		want int
+	}{{12, 4 << 20, 4}, {12, 64 << 20, 4}, {12, 128 << 20, 8}, {12, 1 << 30, 12}, {2, 1 << 30, 2}, {12, 1 << 50, 12}} {
+		if got := stagedWorkers(c.most, c.n); got != c.want {
+			t.Errorf("stagedWorkers(%d, %d) = %d, want %d", c.most, c.n, got, c.want)
+		}
+	}
+}
