@@ -172,15 +172,3 @@ func TestRampCutsTheFirstPieceIntoQuarters(t *testing.T) {
 		t.Errorf("a one-piece transfer was cut: %+v", got)
 	}
 }
-
-func TestStagedWorkersGrowWithTheTransfer(t *testing.T) {
-	for _, c := range []struct {
-		most int
-		n    int64
-		want int
-	}{{12, 4 << 20, 4}, {12, 64 << 20, 4}, {12, 128 << 20, 8}, {12, 1 << 30, 12}, {2, 1 << 30, 2}, {12, 1 << 50, 12}} {
-		if got := stagedWorkers(c.most, c.n); got != c.want {
-			t.Errorf("stagedWorkers(%d, %d) = %d, want %d", c.most, c.n, got, c.want)
-		}
-	}
-}

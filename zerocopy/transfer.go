@@ -85,11 +85,10 @@ type CopierOptions struct {
 	ChunkBytes int64
 	// Buffers is the number of staging buffers in a ring (default 4).
 	Buffers int
-	// Workers is the most goroutines that copy chunks on the host (default
-	// three quarters of GOMAXPROCS, at most 12: on the 16-core H100
-	// machine 8-12 workers beat 16, which compete with the driver's
-	// threads). A transfer uses about one per 16 MiB, at least 4, up to
-	// this.
+	// Workers is the number of goroutines that copy chunks on the host
+	// (default three quarters of GOMAXPROCS, at most 12: on the 16-core
+	// H100 machine 8-12 workers beat 16, which compete with the driver's
+	// threads).
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
 	// direct (default 4 MiB: below it the driver's own staging is as fast).
@@ -481,13 +480,13 @@ func (x *xfer) staged() error {
 	}
 	chunk := min(r.size, x.c.ringSize(x.bytes()))
 	p.ps = ramp(pieces(x.shape, p.host.strides, p.dev.strides, x.is, chunk), p.host.strides, p.dev.strides, x.is, chunk)
-	p.workers = stagedWorkers(x.c.opts.Workers, x.bytes())
+	p.workers = x.c.opts.Workers
 	return p.run()
 }
 
 // ramp cuts the first of several pieces into quarters, so that the first
-// DMA starts after a quarter of a buffer is packed instead of a whole one:
-// on a 64 MiB upload that is about 0.1 ms of 1.7 (BenchmarkStagedTimeline).
+// DMA starts after a quarter of a buffer is packed instead of a whole one
+// (BenchmarkStagedTimeline shows when it starts).
 func ramp(ps []piece, hs, ds []int64, is, chunk int64) []piece {
 	if len(ps) < 2 || chunk < 4*minPart {
 		return ps
@@ -503,16 +502,6 @@ func ramp(ps []piece, hs, ds []int64, is, chunk int64) []piece {
 	return append(first, ps[1:]...)
 }
 
-// stagedWorkers is how many host workers a staged transfer of n bytes
-// gets: about one per 16 MiB, at least 4 and at most most. Each worker is a
-// goroutine woken for the transfer; on the H100 machine a 64 MiB upload
-// took 2.9 ms with 12 of them and 1.9 ms with 4, because late-starting
-// workers held back the first pieces' DMAs (BenchmarkStagedTimeline), while
-// 1 GiB uploads need the 12 to keep up with the DMA.
-func stagedWorkers(most int, n int64) int {
-	return min(most, max(4, int(min(n/(16<<20), 64))))
-}
-
 // pipeline is one staged transfer in progress.
 type pipeline struct {
 	x         *xfer
@@ -520,7 +509,7 @@ type pipeline struct {
 	h2d       bool
 	host, dev side
 	ps        []piece
-	workers   int // host workers (stagedWorkers)
+	workers   int // host workers
 
 	left  []atomic.Int32  // host copy tasks not yet done, per piece
 	free  []chan struct{} // per buffer: a token while no piece's host work is pending on it
@@ -613,7 +602,7 @@ func trace(step string, piece int) {
 }
 
 func (p *pipeline) run() error {
-	x, k := p.x, len(p.r.bufs)
+	k := len(p.r.bufs)
 	if len(p.ps) == 1 && p.split(0, 0, func(pipeTask) {}) == 1 {
 		return p.inline()
 	}
@@ -629,8 +618,24 @@ func (p *pipeline) run() error {
 	for range workers {
 		wg.Go(p.work)
 	}
-	// The coordinator: claim a buffer, make sure its last DMA is done, queue
-	// the piece's tasks (after its DMA, for a download).
+	// The coordinator runs on a goroutine of its own, as the workers do:
+	// the caller's goroutine may be locked to a C thread (a call from
+	// Python), and a locked goroutine that blocks hands its P to another
+	// thread and must win one back on each wake-up. On the H100 machine a
+	// 64 MiB upload from Python took 2.6-3.4 ms that way, against 1.9 ms
+	// from a Go goroutine.
+	wg.Go(func() { p.coordinate(k) })
+	wg.Wait()
+	trace("workers-done", -1)
+	return p.failed()
+}
+
+// coordinate claims each piece's buffer, makes sure its last DMA is done
+// and queues the piece's tasks (after its DMA, for a download); then it
+// closes the task queue.
+func (p *pipeline) coordinate(k int) {
+	x := p.x
+	defer close(p.tasks)
 	for i := range p.ps {
 		if p.failed() != nil {
 			break
@@ -655,10 +660,6 @@ func (p *pipeline) run() error {
 		}
 		p.queue(i, b)
 	}
-	close(p.tasks)
-	wg.Wait()
-	trace("workers-done", -1)
-	return p.failed()
 }
 
 // inline runs a transfer of one piece and one task on this goroutine: for
