@@ -1,6 +1,7 @@
 package zerocopy_test
 
 import (
+	"bytes"
 	"errors"
 	"regexp"
 	"strings"
@@ -548,4 +549,44 @@ func TestParseTransferPath(t *testing.T) {
 	if _, err := zerocopy.ParseTransferPath("host"); err == nil {
 		t.Error("host is not forcible")
 	}
+}
+
+func TestSmallContiguousCopyDoesNotAskWhatHostMemoryIs(t *testing.T) {
+	// One contiguous run below StagedMin takes the same path from pinned and
+	// pageable memory, so the copy skips the driver's pointer query; a
+	// strided host side still asks (pinned memory may go pitched).
+	needFake(t)
+	const n = 4096
+	d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, n)
+	d = mustView(t, d, err)
+	src := make([]byte, 2*n)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	calls := func() int { return fakeCalls(t, "cuPointerGetAttributes") }
+	before := calls()
+	if err := zerocopy.CopyCUDA(d, goView(t, src[:n], dlpack.Uint8Type), nil); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, n)
+	if err := zerocopy.CopyCUDA(goView(t, back, dlpack.Uint8Type), d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls() - before; got != 0 {
+		t.Errorf("a 4 KiB contiguous upload and download asked the driver %d times", got)
+	}
+	if !bytes.Equal(back, src[:n]) {
+		t.Fatalf("round trip: got %v...", back[:4])
+	}
+	every, err := zerocopy.Wrap(zerocopy.Spec{Ptr: uintptrOf(src), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type,
+		Shape: []int64{n}, Strides: []int64{2}}, zerocopy.NewOwner(nil, "test"))
+	every = mustView(t, every, err)
+	before = calls()
+	if err := zerocopy.CopyCUDA(d, every, nil); err != nil {
+		t.Fatal(err)
+	}
+	if calls() == before {
+		t.Error("a strided upload did not ask what its host memory is")
+	}
+	keep(src)
 }

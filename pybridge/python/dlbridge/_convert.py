@@ -144,9 +144,26 @@ def as_int64_bits(v):
     return v - 2**64 if v > INT64[2] else v
 
 
+# Device strings parsed before (to("cuda") runs on every transfer); a few
+# dozen at most are kept.
+_parsed = {}
+
+
 def device(device):
     """(device_type, device_id) for "cpu", "cuda", "cuda:N", a torch.device,
     a (type, id) pair such as __dlpack_device__() returns, or None."""
+    if type(device) is str:
+        d = _parsed.get(device)
+        if d is not None:
+            return d
+        d = _parse_device(device)
+        if len(_parsed) < 64:
+            _parsed[device] = d
+        return d
+    return _parse_device(device)
+
+
+def _parse_device(device):
     if device is None:
         return None
     if isinstance(device, tuple) and len(device) == 2:
