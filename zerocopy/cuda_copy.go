@@ -110,11 +110,13 @@ func (c *Copier) CopyVia(dst, src *View, s *cuda.Stream, path TransferPath) (Tra
 		return 0, fmt.Errorf("zerocopy: CopyCUDA: transfer path %d is not one a caller may force", int(path))
 	}
 	// Two host views never ask the driver what their memory is; nor does a
-	// small copy of one contiguous run, where pinned and pageable memory
-	// take the same path (one DMA call, then a wait for it) and the
-	// question would cost 0.4-0.6 us of a 10 us copy (SmallCopyParts).
+	// small download of one contiguous run into host memory, where pinned
+	// and pageable memory take the same path (one DMA call, then a wait
+	// for it) and the question would cost 0.4-0.6 us of a 10 us copy
+	// (SmallCopyParts). An upload asks: from pageable memory it need not
+	// wait.
 	ask := (dst.device.Type != dlpack.CPU || src.device.Type != dlpack.CPU) &&
-		!(path == PathAuto && c.smallRun(dst, src))
+		!(path == PathAuto && dst.device.Type == dlpack.CPU && c.smallRun(dst, src))
 	dk, dord, err := sideOf(dst, ask)
 	if err != nil {
 		return 0, err

@@ -551,10 +551,13 @@ func TestParseTransferPath(t *testing.T) {
 	}
 }
 
-func TestSmallContiguousCopyDoesNotAskWhatHostMemoryIs(t *testing.T) {
-	// One contiguous run below StagedMin takes the same path from pinned and
-	// pageable memory, so the copy skips the driver's pointer query; a
-	// strided host side still asks (pinned memory may go pitched).
+func TestSmallTransfersAskOnlyWhatMatters(t *testing.T) {
+	// A small download of one contiguous run takes the same path into
+	// pinned and pageable memory, so it skips the driver's pointer query.
+	// An upload asks: from pageable memory (staged by the driver before
+	// cuMemcpyHtoDAsync returns) it leaves the device destination in
+	// flight, and the source may be changed at once. A strided host side
+	// asks too (pinned memory may go pitched).
 	needFake(t)
 	const n = 4096
 	d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, n)
@@ -563,30 +566,39 @@ func TestSmallContiguousCopyDoesNotAskWhatHostMemoryIs(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i * 7)
 	}
+	want := bytes.Clone(src[:n])
 	calls := func() int { return fakeCalls(t, "cuPointerGetAttributes") }
 	before := calls()
 	if err := zerocopy.CopyCUDA(d, goView(t, src[:n], dlpack.Uint8Type), nil); err != nil {
 		t.Fatal(err)
 	}
+	if calls() != before+1 {
+		t.Errorf("the upload asked the driver %d times, want once", calls()-before)
+	}
+	if d.Stream() == 0 {
+		t.Error("an upload from pageable memory left nothing pending on the destination")
+	}
+	clear(src[:n]) // the driver staged it: the copy must not see this
 	back := make([]byte, n)
+	before = calls()
 	if err := zerocopy.CopyCUDA(goView(t, back, dlpack.Uint8Type), d, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := calls() - before; got != 0 {
-		t.Errorf("a 4 KiB contiguous upload and download asked the driver %d times", got)
+		t.Errorf("a 4 KiB contiguous download asked the driver %d times", got)
 	}
-	if !bytes.Equal(back, src[:n]) {
-		t.Fatalf("round trip: got %v...", back[:4])
+	if !bytes.Equal(back, want) {
+		t.Fatalf("round trip: got %v..., want %v...", back[:4], want[:4])
 	}
 	every, err := zerocopy.Wrap(zerocopy.Spec{Ptr: uintptrOf(src), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type,
 		Shape: []int64{n}, Strides: []int64{2}}, zerocopy.NewOwner(nil, "test"))
 	every = mustView(t, every, err)
 	before = calls()
-	if err := zerocopy.CopyCUDA(d, every, nil); err != nil {
+	if err := zerocopy.CopyCUDA(every, d, nil); err != nil {
 		t.Fatal(err)
 	}
 	if calls() == before {
-		t.Error("a strided upload did not ask what its host memory is")
+		t.Error("a strided download did not ask what its host memory is")
 	}
 	keep(src)
 }

@@ -379,6 +379,13 @@ func (x *xfer) hostDevice(host *View, path TransferPath) (TransferPath, error) {
 			if err := linear(x.s, x.dst.base+uintptr(p.doff), x.src.base+uintptr(p.soff), p.run, x.dst.kind, x.src.kind); err != nil {
 				return PathDirect, err
 			}
+			if x.src.kind == memPageable {
+				// The driver copies a pageable source into staging memory
+				// of its own before cuMemcpyHtoDAsync returns: the source is
+				// done with, and the device destination may stay in flight
+				// (pending on the stream) as for any device destination.
+				return PathDirect, nil
+			}
 			return PathDirect, x.sync()
 		}
 		if pitched {

@@ -440,12 +440,15 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 // that the extension took through the buffer protocol (a NumPy array): the
 // block at ptr (dtype code/bits/lanes, ndim extents, strides in elements)
 // is wrapped for the length of the call only, without a handle or a DLPack
-// round trip, and copied into dst, complete on return. The caller holds
-// the buffer, and so the memory, until this returns.
+// round trip, and copied into dst, complete on return; mode 2 (from the
+// extension, for a destination nothing outside dlbridge can reach) may
+// leave it in flight when Go agrees that dst is alone, as dlb_copy_on's
+// mode 2 does. The host memory is done with on return either way. The
+// caller holds the buffer, and so the memory, until this returns.
 //
 //export dlb_copy_from_host
 func dlb_copy_from_host(dst C.uint64_t, ptr C.uint64_t, code, bits C.uint8_t, lanes C.uint16_t, ndim C.int32_t,
-	shape, strides *C.int64_t, stream C.int64_t) C.int32_t {
+	shape, strides *C.int64_t, stream C.int64_t, mode C.int32_t) C.int32_t {
 	return fence(func() error {
 		opts, err := copyOptions(stream, 0)
 		if err != nil {
@@ -464,6 +467,7 @@ func dlb_copy_from_host(dst C.uint64_t, ptr C.uint64_t, code, bits C.uint8_t, la
 			return err
 		}
 		defer d.Return()
+		opts.NonBlocking = mode == 2 && alone(d)
 		v, err := zerocopy.Wrap(zerocopy.Spec{Ptr: uintptr(ptr), Device: dlpack.CPUDevice,
 			DType: dlpack.DataType{Code: dlpack.TypeCode(code), Bits: uint8(bits), Lanes: uint16(lanes)},
 			Shape: sh, Strides: st, ReadOnly: true, Foreign: true}, zerocopy.NewOwner(nil, "buffer"))

@@ -48,9 +48,10 @@ typedef struct {
 	int32_t (*copy_on)(uint64_t dst, uint64_t src, int64_t stream, int32_t non_blocking);
 	int32_t (*to_on)(uint64_t h, int32_t dev_type, int32_t dev_id, int64_t stream, int32_t non_blocking, uint64_t *out,
 			 dlb_info *info);
-	// Version 3: a blocking copy_ from host memory the extension took through the buffer protocol.
+	// Version 3: a blocking copy_ from host memory the extension took through the buffer protocol
+	// (dlb_copy_from_host; mode 2 for a destination that is alone).
 	int32_t (*copy_from_host)(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim,
-				  int64_t *shape, int64_t *strides, int64_t stream);
+				  int64_t *shape, int64_t *strides, int64_t stream, int32_t mode);
 } dlb_pyext_api;
 
 // dlb_pyext_table returns the library's table (static, never freed).

@@ -121,9 +121,21 @@ class _PyTensorBase:
         h = self._handle()
         versioned = 0
         if max_version is not None:
-            versioned = 1 if C.pair(max_version, "max_version", C.UINT32)[0] >= 1 else 0
-        has_stream, s = (0, 0) if stream is None else (1, C.integer(stream, "stream"))
-        has_dev, (dt, di) = (0, (0, 0)) if dl_device is None else (1, C.pair(dl_device, "dl_device", C.INT32))
+            mv = max_version
+            # C.pair's common case written out: this runs on every export.
+            if not (type(mv) is tuple and len(mv) == 2 and type(mv[0]) is int and type(mv[1]) is int
+                    and 0 <= mv[0] <= _U32_MAX and 0 <= mv[1] <= _U32_MAX):
+                mv = C.pair(mv, "max_version", C.UINT32)
+            versioned = 1 if mv[0] >= 1 else 0
+        if stream is None:
+            has_stream = s = 0
+        else:
+            has_stream, s = 1, C.integer(stream, "stream")
+        if dl_device is None:
+            has_dev = dt = di = 0
+        else:
+            has_dev = 1
+            dt, di = C.pair(dl_device, "dl_device", C.INT32)
         cm = 0 if copy is None else (2 if copy else 1)
         out = ctypes.c_void_p()
         rc = _lib.export(h, versioned, has_stream, s, has_dev, dt, di, cm, ctypes.byref(out))
@@ -136,6 +148,9 @@ class _PyTensorBase:
             _lib.call_deleter(out.value, versioned)
             raise
 
+
+_I32_MIN, _I32_MAX = C.INT32[1:]
+_U32_MAX = C.UINT32[2]
 
 _core = _lib.core
 if _core is not None:
@@ -423,10 +438,11 @@ class Tensor(_Base):
         is complete on return unless non_blocking=True, which leaves a
         device destination in flight: dlbridge's own readers and every
         export then wait for it. A pageable source may be reused at once.
-        A copy between two device tensors that only dlbridge can reach
-        (allocated by dlbridge; never exported, viewed, or given out by
-        data_ptr or an interface dictionary) may stay in flight too, as
-        PyTorch's does: nothing can tell it from a complete one."""
+        A copy into a device tensor that only dlbridge can reach (allocated
+        by dlbridge; never exported, viewed, or given out by data_ptr or an
+        interface dictionary), from another such tensor or from a NumPy
+        array, may stay in flight too, as PyTorch's does: nothing can tell
+        it from a complete one."""
         nb = 1 if non_blocking else 0
         if isinstance(src, Tensor):
             h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, src._dev))
@@ -867,7 +883,12 @@ def from_dlpack(obj, *, device=None, copy=None):
             raise TypeError(
                 "dlbridge.from_dlpack: %s has no __dlpack__ method and is not a DLPack capsule"
                 % type(obj).__name__)
-        src = C.pair(obj.__dlpack_device__(), "%s.__dlpack_device__()" % type(obj).__name__, C.INT32)
+        src = obj.__dlpack_device__()
+        # C.pair's common case written out (and the field named only on
+        # error): this runs on every import.
+        if not (type(src) is tuple and len(src) == 2 and type(src[0]) is int and type(src[1]) is int
+                and _I32_MIN <= src[0] <= _I32_MAX and _I32_MIN <= src[1] <= _I32_MAX):
+            src = C.pair(src, "%s.__dlpack_device__()" % type(obj).__name__, C.INT32)
         stream = pending = None
         if src[0] == CUDA:
             # As _core.c's consumer_stream: the producer's own current

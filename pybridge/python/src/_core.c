@@ -1070,7 +1070,8 @@ static int buffer_dtype(const Py_buffer *b, uint8_t *code, uint8_t *bits) {
 // copy_host(dst, src, stream) is a blocking Tensor.copy_ from a NumPy
 // array: the array's memory is taken through the buffer protocol and
 // copied in one Go call without the GIL, with no DLPack import of the array
-// and no tensor made for it. NotImplemented when src is not exactly a
+// and no tensor made for it. Into a device tensor that is alone the copy
+// may stay in flight (mode 2, as copy's); the array is done with on return. NotImplemented when src is not exactly a
 // numpy.ndarray or its buffer is not a plain block of a dlbridge dtype:
 // the caller then goes through asarray, which has every error message.
 static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -1102,16 +1103,25 @@ static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t na
 		PyBuffer_Release(&b);
 		Py_RETURN_NOTIMPLEMENTED;
 	}
+	// A destination that is alone may be left in flight, as copy's mode 2.
+	int mode = dst->dev_type == DLB_CUDA && alone(dst) ? 2 : 0;
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = T->copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, stream);
+	rc = T->copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, stream, mode);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
 	if (rc) {
 		raise_last(rc);
 		return NULL;
 	}
-	if (dst->dev_type == DLB_CUDA) dst->stream = 0; // complete on return: no write pending
+	if (dst->dev_type == DLB_CUDA) {
+		if (!mode) {
+			dst->stream = 0; // complete on return: no write pending
+		} else {
+			note_write_in_flight();
+			if (refresh_stream(dst) < 0) return NULL;
+		}
+	}
 	Py_RETURN_NONE;
 }
 

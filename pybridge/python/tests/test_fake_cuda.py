@@ -328,12 +328,22 @@ def test_copy_from_numpy_to_a_device(fake_lib, fastpath):
         for dtype in ("float32", "float64", "int32"):
             g = dlbridge.zeros(a.shape, dtype=dtype, device="cuda")
             g.copy_(a)
-            assert g._stream == 0
             assert np.array_equal(np.from_dlpack(g.to("cpu")), a.astype(dtype)), (a.shape, dtype)
     s = new_stream("s")
     g = dlbridge.zeros((10, 24), dtype="float64", device="cuda")
     g.copy_(base.T, stream=s)
-    assert g._stream == 0 and np.array_equal(np.from_dlpack(g.to("cpu")), base.T)
+    assert np.array_equal(np.from_dlpack(g.to("cpu")), base.T)
+    # Into a tensor only dlbridge can reach the copy may stay in flight (the
+    # array is done with: the driver staged it); once the tensor's address
+    # is out, copy_ is complete on return.
+    a = np.arange(4096, dtype=np.float32)
+    g = dlbridge.zeros(4096, device="cuda")
+    g.copy_(a)
+    a[:] = -1  # the copy must not see this
+    assert g._stream in (0, WORK) and g.sum() == float(np.arange(4096).sum())
+    g.data_ptr()
+    g.copy_(a)
+    assert g._stream == 0 and g.sum() == -4096.0
     ''', fastpath)
 
 
@@ -350,6 +360,7 @@ def test_copy_to_and_streams(fake_lib):
     a = np.arange(4096, dtype=np.float32)
     for st in (None, s, TorchLikeStream(), CupyLikeStream(), CoreLike()):
         g = dlbridge.empty(4096, device="cuda")
+        g.data_ptr()  # its address is out: a blocking copy_ is complete on return
         g.copy_(a, stream=st)
         assert g._stream == 0 and g.sum() == float(a.sum())   # complete on return
         g.copy_(a * 2, stream=st, non_blocking=True)
