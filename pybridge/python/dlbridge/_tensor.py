@@ -2,6 +2,7 @@
 
 import ctypes
 import datetime
+import itertools
 import operator
 import struct
 
@@ -41,6 +42,19 @@ def _i64_array(values):
     return (ctypes.c_int64 * n)(*values) if n else None
 
 
+# The ctypes path's count of writes left in flight on memory that other
+# objects may share (the C base keeps its own, _core.c's writes_epoch): an
+# object whose cached _stream is older than the last such write asks Go
+# again before an interface dictionary names the stream.
+_epochs = itertools.count(1)
+_writes_epoch = 0
+
+
+def _note_write_in_flight():
+    global _writes_epoch
+    _writes_epoch = next(_epochs)  # one step under the GIL: no update is lost
+
+
 def _new(fn, *args):
     """Call a handle-making function of the library and wrap the result."""
     h = ctypes.c_uint64()
@@ -50,10 +64,11 @@ def _new(fn, *args):
             raise _lib.error(rc)
         return _core_wrap(Tensor, h.value)
     info = _lib.Info()
+    e = _writes_epoch  # before Go reports the stream
     rc = fn(*args, ctypes.byref(h), ctypes.byref(info))
     if rc:
         raise _lib.error(rc)
-    return Tensor._from_info(h.value, info)
+    return Tensor._from_info(h.value, info, e)
 
 
 class _PyTensorBase:
@@ -64,11 +79,12 @@ class _PyTensorBase:
     _itemsize, _stream, close(), _pin(), __dlpack__, __dlpack_device__."""
 
     __slots__ = ("_h", "_ptr", "_shape", "_strides", "_code", "_dev", "_flags", "_itemsize",
-                 "_stream", "_pinh", "__weakref__")
+                 "_stream", "_epoch", "_pinh", "__weakref__")
 
     @classmethod
-    def _from_info(cls, h, info):
+    def _from_info(cls, h, info, epoch):
         t = object.__new__(cls)
+        t._epoch = epoch
         t._h = h
         t._pinh = 0
         nd = info.ndim
@@ -305,8 +321,8 @@ class Tensor(_Base):
         if not (self._flags & _lib.INFO_C_CONTIGUOUS):
             d["strides"] = tuple(s * self._itemsize for s in self._strides)
         if cuda:
-            if _core is None:  # the slot is a cache: a write through another view may be pending since
-                self._refresh_stream()
+            if _core is None and self._epoch != _writes_epoch:
+                self._refresh_stream()  # a write through another object may be pending since
             d["stream"] = self._stream or None
         return d
 
@@ -463,6 +479,7 @@ class Tensor(_Base):
         if rc:
             raise _lib.error(rc)
         if nb:
+            _note_write_in_flight()
             self._refresh_stream()
         elif self._dev[0] == CUDA:
             self._stream = 0  # complete on return: no write pending (one Go call fewer)
@@ -470,9 +487,12 @@ class Tensor(_Base):
 
     def _refresh_stream(self):
         if self._dev[0] == CUDA:
+            e = _writes_epoch
             info = _lib.Info()
             _lib.check(_lib.info_get(self._handle(), ctypes.byref(info)))
             self._stream = info.stream
+            if _core is None:
+                self._epoch = e
 
     def to(self, device, *, non_blocking=False, stream=None, copy=False):
         """This tensor on device ("cpu", "cuda:N", "cuda_host"): self when
@@ -745,6 +765,7 @@ def _debug_spin_write(t, bits, seconds):
     writes the 32-bit pattern `bits` into every element of t (a contiguous
     CUDA tensor of a 4-byte dtype). Returns at once: for ordering tests."""
     _lib.check(_lib.debug_spin_write(t._handle(), bits, int(seconds * 1e9)))
+    _note_write_in_flight()
     t._refresh_stream()
 
 
@@ -788,8 +809,9 @@ def _from_handle(h):
     if _core is not None:
         return _core_wrap(Tensor, h)
     info = _lib.Info()
+    e = _writes_epoch
     _lib.check(_lib.info_get(h, ctypes.byref(info)))
-    return Tensor._from_info(h, info)
+    return Tensor._from_info(h, info, e)
 
 
 _work_streams = {}
