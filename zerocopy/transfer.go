@@ -785,8 +785,9 @@ func dmaOrKernel(x *xfer, p *bytePlan, dst, src uintptr, dk, sk memKind) error {
 	return x.d.kernelCopy(x.s, &kp, dst, uintptr(tmp))
 }
 
-// minPart is the smallest share of a piece worth a task of its own.
-const minPart = 256 << 10
+// minPart is the smallest share of a piece worth a task of its own (a
+// variable for BenchmarkStagedMinPart).
+var minPart int64 = 256 << 10
 
 // hostCopy copies a block between two non-overlapping host layouts.
 func hostCopy(shape []int64, dst uintptr, ds []int64, src uintptr, ss []int64, is int64) {

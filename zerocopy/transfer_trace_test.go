@@ -69,3 +69,51 @@ func BenchmarkStagedTimeline(b *testing.B) {
 	for b.Loop() {
 	}
 }
+
+// BenchmarkStagedMinPart times staged 64 MiB uploads with host tasks of at
+// least 256 KiB, 1 MiB and 2 MiB (Go's memmove writes around the cache
+// from 1 MiB on), and 8 or 12 workers.
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedMinPart -test.benchtime 20x
+func BenchmarkStagedMinPart(b *testing.B) {
+	if !cuda.Available() {
+		b.Skip("no CUDA driver")
+	}
+	const size = 64 << 20
+	d, err := AllocCUDA(0, dlpack.Uint8Type, size)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	buf := make([]byte, size)
+	h, err := Wrap(Spec{Ptr: uintptr(unsafe.Pointer(&buf[0])), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type, Shape: []int64{size}},
+		NewOwner(nil, "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	defer func(m int64) { minPart = m }(minPart)
+	for _, part := range []int64{256 << 10, 1 << 20, 2 << 20} {
+		for _, w := range []int{8, 12} {
+			b.Run(fmt.Sprintf("part%dKiB/w%d", part>>10, w), func(b *testing.B) {
+				minPart = part
+				c := NewCopier(CopierOptions{Workers: w})
+				defer c.Close()
+				for range 2 {
+					if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
+						b.Fatal(err)
+					}
+					d.Synchronize()
+				}
+				b.SetBytes(size)
+				for b.Loop() {
+					if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
+						b.Fatal(err)
+					}
+					d.Synchronize()
+				}
+			})
+		}
+	}
+	runtime.KeepAlive(buf)
+}
