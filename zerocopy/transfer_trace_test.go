@@ -117,3 +117,46 @@ func BenchmarkStagedMinPart(b *testing.B) {
 	}
 	runtime.KeepAlive(buf)
 }
+
+// BenchmarkStagedWorkers times staged uploads of 64 MiB, 256 MiB and 1 GiB
+// with 8 and 12 host workers, alternated (8, 12, 8, 12) so that a change
+// in the machine's speed shows as disagreement between the rounds.
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedWorkers -test.benchtime 5x
+func BenchmarkStagedWorkers(b *testing.B) {
+	if !cuda.Available() {
+		b.Skip("no CUDA driver")
+	}
+	for _, size := range []int64{64 << 20, 256 << 20, 1 << 30} {
+		d, err := AllocCUDA(0, dlpack.Uint8Type, size)
+		if err != nil {
+			b.Skip(err)
+		}
+		buf := make([]byte, size)
+		h, err := Wrap(Spec{Ptr: uintptr(unsafe.Pointer(&buf[0])), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type, Shape: []int64{size}},
+			NewOwner(nil, "bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for round, w := range []int{8, 12, 8, 12} {
+			b.Run(fmt.Sprintf("%dMiB/w%d/round%d", size>>20, w, round/2+1), func(b *testing.B) {
+				c := NewCopier(CopierOptions{Workers: w})
+				defer c.Close()
+				if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
+					b.Fatal(err)
+				}
+				d.Synchronize()
+				b.SetBytes(size)
+				for b.Loop() {
+					if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
+						b.Fatal(err)
+					}
+					d.Synchronize()
+				}
+			})
+		}
+		h.Close()
+		d.Close()
+		runtime.KeepAlive(buf)
+	}
+}
