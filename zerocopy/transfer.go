@@ -86,11 +86,14 @@ type CopierOptions struct {
 	// Buffers is the number of staging buffers in a ring (default 4).
 	Buffers int
 	// Workers is the number of goroutines that copy chunks on the host
-	// (default half of GOMAXPROCS, at most 8). The host copies share the
-	// memory bus with the DMA that reads the staging buffers: on the
-	// 16-core H100 machine 8 workers beat 12 at 64 MiB (29-33 GB/s against
-	// 22-29, BenchmarkStagedMinPart) and at 256 MiB, though 12 copy
-	// faster alone (84 GB/s against 73, BenchmarkStagedParts).
+	// (default three quarters of GOMAXPROCS, at most 12: on the 16-core
+	// H100 machine 8-12 workers beat 16, which compete with the driver's
+	// threads). The host copies share the memory bus with the DMA that
+	// reads the staging buffers: there 8 workers beat 12 at 64 MiB (29-33
+	// GB/s against 22-29, BenchmarkStagedMinPart), while 12 held 46-49
+	// GB/s at 1 GiB in four runs of bench_transfer.py and 8 gave 27-42 in
+	// one (a slow state of the machine, or the count: BenchmarkStagedWorkers
+	// alternates the two to tell).
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
 	// direct (default 4 MiB: below it the driver's own staging is as fast).
@@ -112,7 +115,7 @@ func (o CopierOptions) withDefaults() CopierOptions {
 		o.Buffers = 4
 	}
 	if o.Workers <= 0 {
-		o.Workers = min(max(runtime.GOMAXPROCS(0)/2, 1), 8)
+		o.Workers = min(max(runtime.GOMAXPROCS(0)*3/4, 1), 12)
 	}
 	if o.StagedMin <= 0 {
 		o.StagedMin = 4 << 20
