@@ -14,28 +14,51 @@ import (
 	"github.com/dlbridge/dlbridge/dlpack"
 )
 
+// uploadViews allocates size bytes on CUDA device 0 and wraps as many of
+// Go memory, for the staged-upload benchmarks below; both are closed when
+// b ends. It skips b without a CUDA driver.
+func uploadViews(b *testing.B, size int64) (d, h *View) {
+	if !cuda.Available() {
+		b.Skip("no CUDA driver")
+	}
+	d, err := AllocCUDA(0, dlpack.Uint8Type, size)
+	if err != nil {
+		b.Skip(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	buf := make([]byte, size)
+	h, err = Wrap(Spec{Ptr: uintptr(unsafe.Pointer(&buf[0])), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type, Shape: []int64{size}},
+		NewOwner(nil, "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close(); runtime.KeepAlive(buf) })
+	return d, h
+}
+
+// timeStaged times staged uploads of h into d with Copier c, after one to
+// warm its ring.
+func timeStaged(b *testing.B, c *Copier, d, h *View) {
+	upload := func() {
+		if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
+			b.Fatal(err)
+		}
+		d.Synchronize()
+	}
+	upload()
+	b.SetBytes(h.Len())
+	for b.Loop() {
+		upload()
+	}
+}
+
 // BenchmarkStagedTimeline prints when each step of a staged 64 MiB upload
 // happens (microseconds from its start), for the default knobs and for 4
 // workers: where the fixed part of a mid-size transfer's time goes.
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedTimeline -test.benchtime 1x
 func BenchmarkStagedTimeline(b *testing.B) {
-	if !cuda.Available() {
-		b.Skip("no CUDA driver")
-	}
-	const size = 64 << 20
-	d, err := AllocCUDA(0, dlpack.Uint8Type, size)
-	if err != nil {
-		b.Skip(err)
-	}
-	defer d.Close()
-	buf := make([]byte, size)
-	h, err := Wrap(Spec{Ptr: uintptr(unsafe.Pointer(&buf[0])), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type, Shape: []int64{size}},
-		NewOwner(nil, "bench"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
+	d, h := uploadViews(b, 64<<20)
 	for _, w := range []int{0, 4} {
 		c := NewCopier(CopierOptions{Workers: w})
 		for range 3 { // warm: the ring, the threads
@@ -65,7 +88,6 @@ func BenchmarkStagedTimeline(b *testing.B) {
 			float64(returned.Nanoseconds())/1e3, float64(synced.Nanoseconds())/1e3, strings.Join(lines, "\n"))
 		c.Close()
 	}
-	runtime.KeepAlive(buf)
 	for b.Loop() {
 	}
 }
@@ -76,22 +98,7 @@ func BenchmarkStagedTimeline(b *testing.B) {
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedMinPart -test.benchtime 20x
 func BenchmarkStagedMinPart(b *testing.B) {
-	if !cuda.Available() {
-		b.Skip("no CUDA driver")
-	}
-	const size = 64 << 20
-	d, err := AllocCUDA(0, dlpack.Uint8Type, size)
-	if err != nil {
-		b.Skip(err)
-	}
-	defer d.Close()
-	buf := make([]byte, size)
-	h, err := Wrap(Spec{Ptr: uintptr(unsafe.Pointer(&buf[0])), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type, Shape: []int64{size}},
-		NewOwner(nil, "bench"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
+	d, h := uploadViews(b, 64<<20)
 	defer func(m int64) { minPart = m }(minPart)
 	for _, part := range []int64{256 << 10, 1 << 20, 2 << 20} {
 		for _, w := range []int{8, 12} {
@@ -99,23 +106,10 @@ func BenchmarkStagedMinPart(b *testing.B) {
 				minPart = part
 				c := NewCopier(CopierOptions{Workers: w})
 				defer c.Close()
-				for range 2 {
-					if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
-						b.Fatal(err)
-					}
-					d.Synchronize()
-				}
-				b.SetBytes(size)
-				for b.Loop() {
-					if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
-						b.Fatal(err)
-					}
-					d.Synchronize()
-				}
+				timeStaged(b, c, d, h)
 			})
 		}
 	}
-	runtime.KeepAlive(buf)
 }
 
 // BenchmarkStagedWorkers times staged uploads of 64 MiB, 256 MiB and 1 GiB
@@ -124,39 +118,16 @@ func BenchmarkStagedMinPart(b *testing.B) {
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedWorkers -test.benchtime 5x
 func BenchmarkStagedWorkers(b *testing.B) {
-	if !cuda.Available() {
-		b.Skip("no CUDA driver")
-	}
 	for _, size := range []int64{64 << 20, 256 << 20, 1 << 30} {
-		d, err := AllocCUDA(0, dlpack.Uint8Type, size)
-		if err != nil {
-			b.Skip(err)
-		}
-		buf := make([]byte, size)
-		h, err := Wrap(Spec{Ptr: uintptr(unsafe.Pointer(&buf[0])), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type, Shape: []int64{size}},
-			NewOwner(nil, "bench"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		for round, w := range []int{8, 12, 8, 12} {
-			b.Run(fmt.Sprintf("%dMiB/w%d/round%d", size>>20, w, round/2+1), func(b *testing.B) {
-				c := NewCopier(CopierOptions{Workers: w})
-				defer c.Close()
-				if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
-					b.Fatal(err)
-				}
-				d.Synchronize()
-				b.SetBytes(size)
-				for b.Loop() {
-					if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
-						b.Fatal(err)
-					}
-					d.Synchronize()
-				}
-			})
-		}
-		h.Close()
-		d.Close()
-		runtime.KeepAlive(buf)
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			d, h := uploadViews(b, size)
+			for round, w := range []int{8, 12, 8, 12} {
+				b.Run(fmt.Sprintf("w%d/round%d", w, round/2+1), func(b *testing.B) {
+					c := NewCopier(CopierOptions{Workers: w})
+					defer c.Close()
+					timeStaged(b, c, d, h)
+				})
+			}
+		})
 	}
 }
