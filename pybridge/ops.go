@@ -18,11 +18,14 @@ import (
 // streams), 0 for the device's work stream. Writes into existing memory
 // (copy_, fill_) are complete when they return unless nonBlocking is set:
 // the memory may be read by others through handles of their own that no
-// stream orders. (The C API sets nonBlocking for a copy_ between device
-// tensors that nobody outside dlbridge can reach: capi's dlb_copy_on.) New tensors (to, clone, empty, zeros, arange) may still be
-// in flight on the stream: every reader through dlbridge, and every consumer
-// through DLPack's or CAI's stream, is ordered after them. Host memory that
-// receives data always holds it on return (host readers have no stream).
+// stream orders. (The C API sets nonBlocking for a copy_ into a device
+// tensor that nobody outside dlbridge can reach, from another such tensor
+// or from host memory: capi's dlb_copy_on and dlb_copy_from_host.) New
+// tensors (to, clone, empty, zeros, arange) may still be in flight on the
+// stream: every reader through dlbridge, and every consumer through
+// DLPack's or CAI's stream, is ordered after them. Host memory that
+// receives data always holds it on return (host readers have no stream),
+// and host memory a copy reads is done with on return.
 
 // valued checks dt has values (fill, sum, arange, converting copies).
 func valued(dt dlpack.DataType, op string) error {
