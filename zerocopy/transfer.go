@@ -492,7 +492,6 @@ func (x *xfer) staged() error {
 	}
 	chunk := min(r.size, x.c.ringSize(x.bytes()))
 	p.ps = ramp(pieces(x.shape, p.host.strides, p.dev.strides, x.is, chunk), p.host.strides, p.dev.strides, x.is, chunk)
-	p.workers = x.c.opts.Workers
 	return p.run()
 }
 
@@ -521,7 +520,6 @@ type pipeline struct {
 	h2d       bool
 	host, dev side
 	ps        []piece
-	workers   int // host workers
 
 	left  []atomic.Int32  // host copy tasks not yet done, per piece
 	free  []chan struct{} // per buffer: a token while no piece's host work is pending on it
@@ -584,7 +582,7 @@ func (p *pipeline) split(i, b int, emit func(pipeTask)) int {
 			dim, ext = d, e
 		}
 	}
-	parts := min(int64(p.workers), max(n/minPart, 1), ext)
+	parts := min(int64(p.x.c.opts.Workers), max(n/minPart, 1), ext)
 	if parts <= 1 || dim < 0 {
 		emit(pipeTask{i: i, b: b, shape: pc.shape, hp: hp, bp: bp, bstrides: bs})
 		return 1
@@ -624,7 +622,7 @@ func (p *pipeline) run() error {
 		p.free[b] = make(chan struct{}, 1)
 		p.free[b] <- struct{}{}
 	}
-	workers := p.workers
+	workers := p.x.c.opts.Workers
 	p.tasks = make(chan pipeTask, k*workers)
 	var wg sync.WaitGroup
 	for range workers {
@@ -633,9 +631,9 @@ func (p *pipeline) run() error {
 	// The coordinator runs on a goroutine of its own, as the workers do:
 	// the caller's goroutine may be locked to a C thread (a call from
 	// Python), and a locked goroutine that blocks hands its P to another
-	// thread and must win one back on each wake-up. On the H100 machine a
-	// 64 MiB upload from Python took 2.6-3.4 ms that way, against 1.9 ms
-	// from a Go goroutine.
+	// thread and must win one back on each wake-up. On the H100 machine
+	// 256 MiB uploads from Python ran at 18-24 GB/s that way and at 41-44
+	// GB/s after (bench/results/h100-2026-11-23-session4, p_big.py).
 	wg.Go(func() { p.coordinate(k) })
 	wg.Wait()
 	trace("workers-done", -1)
