@@ -1071,9 +1071,10 @@ static int buffer_dtype(const Py_buffer *b, uint8_t *code, uint8_t *bits) {
 // array: the array's memory is taken through the buffer protocol and
 // copied in one Go call without the GIL, with no DLPack import of the array
 // and no tensor made for it. Into a device tensor that is alone the copy
-// may stay in flight (mode 2, as copy's); the array is done with on return. NotImplemented when src is not exactly a
-// numpy.ndarray or its buffer is not a plain block of a dlbridge dtype:
-// the caller then goes through asarray, which has every error message.
+// may stay in flight (mode 2, as copy's); the array is done with on
+// return. NotImplemented when src is not exactly a numpy.ndarray or its
+// buffer is not a plain block of a dlbridge dtype: the caller then goes
+// through asarray, which has every error message.
 static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 3, 3, "copy_host") < 0) return NULL;
 	CTensor *dst = ctensor_arg(args[0], "copy_host");
