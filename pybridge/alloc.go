@@ -221,7 +221,7 @@ func PinMemory(t *Tensor) (*zerocopy.View, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := copyStream(out.Device(), v.Device(), 0)
+	s, err := copyStream(out.Device(), v.Device(), CopyOptions{})
 	if err == nil {
 		err = copyComplete(out, v, s, false)
 	}

@@ -431,6 +431,7 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 		defer s.Return()
 		if nonBlocking == 2 {
 			opts.NonBlocking = alone(d) && alone(s)
+			opts.Private = opts.NonBlocking
 		}
 		return pybridge.CopyInto(d, s, opts)
 	})

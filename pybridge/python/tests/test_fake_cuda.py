@@ -226,7 +226,9 @@ def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
 
 def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
     """copy_ between device tensors that only dlbridge can reach stays in
-    flight (PyTorch's cost: no synchronization), and every way out of
+    flight (PyTorch's cost: no synchronization) and is not ordered after
+    the legacy default stream (no other library can reach either tensor),
+    and every way out of
     dlbridge makes it complete again: a live export, a view, data_ptr,
     the CUDA array interface, memory dlbridge did not allocate. Readers
     through dlbridge see the copied data either way."""
@@ -238,8 +240,12 @@ def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
         return t
     src, dst = fresh(), dlbridge.zeros(256, dtype="float32", device="cuda")
     dlbridge.synchronize(0)
+    fake.fakecuda_calls.restype = ctypes.c_long
+    queries = lambda: fake.fakecuda_calls(b"cuStreamQuery")  # noqa: E731
+    n = queries()
     dst.copy_(src)
     assert dst._stream == WORK, "a copy between private tensors should stay in flight"
+    assert queries() == n, "no other library can reach private memory: no legacy-stream query"
     assert float(np.from_dlpack(dst.to("cpu")).sum()) == sum(range(256))  # ordered after it
     cap = dst.__dlpack__(max_version=(1, 3))  # a live export: someone else can read dst
     dst.copy_(src)
@@ -257,8 +263,10 @@ def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
     assert dst._stream == 0
     d2 = dlbridge.zeros(256, dtype="float32", device="cuda")
     d2.__cuda_array_interface__
+    n = queries()
     d2.copy_(src)
     assert d2._stream == 0
+    assert queries() > n, "d2's address went out: ordered after the legacy stream"
     d3 = dlbridge.zeros(256, dtype="float32", device="cuda")
     d3.copy_(src, non_blocking=True)
     assert d3._stream == WORK
