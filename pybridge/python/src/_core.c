@@ -974,6 +974,19 @@ static int alone(CTensor *t) {
 	return !t->pinned && !t->shared && atomic_load_explicit(&t->keeper->refs, memory_order_acquire) == 1;
 }
 
+// copied_into updates dst's cached stream after a copy into it with mode
+// nb: none pending when the copy was complete on return (0), else what Go
+// left (non_blocking, or mode 2, which Go may leave in flight).
+static int copied_into(CTensor *dst, int nb) {
+	if (dst->dev_type != DLB_CUDA) return 0;
+	if (!nb) {
+		dst->stream = 0; // complete on return: no write pending
+		return 0;
+	}
+	note_write_in_flight();
+	return refresh_stream(dst);
+}
+
 // copy(dst, src, stream, non_blocking) is Tensor.copy_ on tensors (the
 // stream already a handle, 0: the work stream): one Go call without the
 // GIL, then dst's pending stream as Go left it. A blocking copy between
@@ -998,14 +1011,7 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 		raise_last(rc);
 		return NULL;
 	}
-	if (dst->dev_type == DLB_CUDA) {
-		if (!nb) {
-			dst->stream = 0; // complete on return: no write pending
-		} else { // in flight (non_blocking, or mode 2 when Go left it so)
-			note_write_in_flight();
-			if (refresh_stream(dst) < 0) return NULL;
-		}
-	}
+	if (copied_into(dst, nb) < 0) return NULL;
 	Py_RETURN_NONE;
 }
 
@@ -1115,14 +1121,7 @@ static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t na
 		raise_last(rc);
 		return NULL;
 	}
-	if (dst->dev_type == DLB_CUDA) {
-		if (!mode) {
-			dst->stream = 0; // complete on return: no write pending
-		} else {
-			note_write_in_flight();
-			if (refresh_stream(dst) < 0) return NULL;
-		}
-	}
+	if (copied_into(dst, mode) < 0) return NULL;
 	Py_RETURN_NONE;
 }
 
