@@ -1,8 +1,10 @@
 package zerocopy
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -130,4 +132,72 @@ func BenchmarkStagedWorkers(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestUploadDMAsGoInPieceOrder holds the first piece's host copy back so
+// that later pieces finish packing first: their DMAs must still be queued
+// after its, in piece order, and the data must arrive whole.
+func TestUploadDMAsGoInPieceOrder(t *testing.T) {
+	if !cuda.Available() {
+		t.Skip("no CUDA driver")
+	}
+	const size = 8 << 20
+	d, err := AllocCUDA(0, dlpack.Uint8Type, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	src, back := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	wrap := func(buf []byte) *View {
+		v, err := Wrap(Spec{Ptr: uintptr(unsafe.Pointer(&buf[0])), Device: dlpack.CPUDevice, DType: dlpack.Uint8Type, Shape: []int64{size}},
+			NewOwner(nil, "test"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	h, hb := wrap(src), wrap(back)
+	defer h.Close()
+	defer hb.Close()
+
+	c := NewCopier(CopierOptions{ChunkBytes: 1 << 20, Workers: 4})
+	defer c.Close()
+	var mu sync.Mutex
+	var order []int
+	stagedTrace = func(step string, piece int) {
+		switch step {
+		case "task-copied":
+			if piece == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		case "dma-queued":
+			mu.Lock()
+			order = append(order, piece)
+			mu.Unlock()
+		}
+	}
+	_, err = c.CopyVia(d, h, nil, PathStaged)
+	stagedTrace = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four quarters of the first 1 MiB buffer, then seven whole ones.
+	want := make([]int, 11)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("DMAs queued in the order %v, want %v", order, want)
+	}
+	if _, err := c.CopyVia(hb, d, nil, PathDirect); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back, src) {
+		t.Error("the device did not get the source's bytes")
+	}
+	runtime.KeepAlive(src)
+	runtime.KeepAlive(back)
 }
