@@ -131,15 +131,15 @@ func TestPieces(t *testing.T) {
 	}
 }
 
-func TestRampCutsTheFirstPieceIntoQuarters(t *testing.T) {
-	// A transposed 2-d upload (host column-major, device row-major) of 64
-	// rows of 64 KiB in 2 MiB buffers: pieces of 32 rows, the first cut
-	// into 4 of 8 rows.
-	const rows, cols, chunk = 64, 16 << 10, 2 << 20 // float32: a row is 64 KiB
+func TestRampCutsTheFirstAndLastPiecesIntoQuarters(t *testing.T) {
+	// A transposed 2-d upload (host column-major, device row-major) of 96
+	// rows of 64 KiB in 2 MiB buffers: pieces of 32 rows, the first and
+	// the last cut into 4 of 8 rows.
+	const rows, cols, chunk = 96, 16 << 10, 2 << 20 // float32: a row is 64 KiB
 	hs, ds := []int64{1, rows}, []int64{cols, 1}
 	ps := ramp(pieces([]int64{rows, cols}, hs, ds, 4, chunk), hs, ds, 4, chunk)
-	if len(ps) != 4+1 {
-		t.Fatalf("%d pieces, want 5: %+v", len(ps), ps)
+	if len(ps) != 4+1+4 {
+		t.Fatalf("%d pieces, want 9: %+v", len(ps), ps)
 	}
 	// Every element is in exactly one piece, at the right offsets.
 	seen := make(map[[2]int64]bool)
@@ -161,9 +161,15 @@ func TestRampCutsTheFirstPieceIntoQuarters(t *testing.T) {
 	if len(seen) != rows*2 {
 		t.Fatalf("%d of %d row ends covered", len(seen), rows*2)
 	}
-	for i, p := range ps[:4] {
-		if p.shape[0] != 8 || p.doff != int64(8*i)*ds[0] {
-			t.Errorf("ramp piece %d = %+v, want 8 rows at row %d", i, p, 8*i)
+	for i, p := range ps {
+		row, n := int64(8*i), int64(8)
+		if i == 4 {
+			n = 32
+		} else if i > 4 {
+			row = int64(64 + 8*(i-5))
+		}
+		if p.shape[0] != n || p.doff != row*ds[0] {
+			t.Errorf("ramp piece %d = %+v, want %d rows at row %d", i, p, n, row)
 		}
 	}
 	// One piece, or pieces too small to quarter: unchanged.

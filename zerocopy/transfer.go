@@ -474,9 +474,9 @@ func pieces(shape, hs, ds []int64, is, chunk int64) []piece {
 // (so the DMA is the device side's own runs) while the DMA of earlier
 // pieces runs. The host copies are cut into tasks of about a worker's share
 // of a piece, and a pool of workers takes them in order without waiting at
-// piece boundaries: the worker that finishes a piece's last task of an
-// upload queues its DMA, and a download's tasks wait only for their own
-// piece's DMA. It returns when the host memory is done with: for a device
+// piece boundaries: an upload's DMAs are queued in piece order as the
+// pieces are packed (packed), and a download's tasks wait only for their
+// own piece's DMA. It returns when the host memory is done with: for a device
 // destination the last DMAs may still be in flight on the stream, reading
 // pinned memory only.
 func (x *xfer) staged() error {
@@ -495,22 +495,26 @@ func (x *xfer) staged() error {
 	return p.run()
 }
 
-// ramp cuts the first of several pieces into quarters, so that the first
-// DMA starts after a quarter of a buffer is packed instead of a whole one
-// (BenchmarkStagedTimeline shows when it starts).
+// ramp cuts the first and the last of several pieces into quarters. The
+// first DMA then starts after a quarter of a buffer is packed instead of a
+// whole one (BenchmarkStagedTimeline shows when it starts), and after the
+// last host copy only a quarter buffer's DMA is left to wait for (for a
+// download: the first host copy starts sooner, the last is shorter).
 func ramp(ps []piece, hs, ds []int64, is, chunk int64) []piece {
 	if len(ps) < 2 || chunk < 4*minPart {
 		return ps
 	}
-	first := pieces(ps[0].shape, hs, ds, is, chunk/4)
-	if len(first) < 2 {
-		return ps
+	quarters := func(p piece) []piece {
+		q := pieces(p.shape, hs, ds, is, chunk/4)
+		for i := range q {
+			q[i].hoff += p.hoff
+			q[i].doff += p.doff
+		}
+		return q
 	}
-	for i := range first {
-		first[i].hoff += ps[0].hoff
-		first[i].doff += ps[0].doff
-	}
-	return append(first, ps[1:]...)
+	out := quarters(ps[0])
+	out = append(out, ps[1:len(ps)-1]...)
+	return append(out, quarters(ps[len(ps)-1])...)
 }
 
 // pipeline is one staged transfer in progress.
@@ -722,6 +726,7 @@ func (p *pipeline) queue(i, b int) {
 func (p *pipeline) work() {
 	x := p.x
 	for t := range p.tasks {
+		trace("task-taken", t.i)
 		if p.failed() == nil {
 			if !p.h2d {
 				// The piece's DMA into the buffer must be done.

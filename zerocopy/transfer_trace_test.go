@@ -184,8 +184,9 @@ func TestUploadDMAsGoInPieceOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Four quarters of the first 1 MiB buffer, then seven whole ones.
-	want := make([]int, 11)
+	// Four quarters of the first 1 MiB piece, six whole ones, four
+	// quarters of the last.
+	want := make([]int, 14)
 	for i := range want {
 		want[i] = i
 	}
