@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"weak"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -86,14 +87,12 @@ type CopierOptions struct {
 	// Buffers is the number of staging buffers in a ring (default 4).
 	Buffers int
 	// Workers is the number of goroutines that copy chunks on the host
-	// (default three quarters of GOMAXPROCS, at most 12: on the 16-core
-	// H100 machine 8-12 workers beat 16, which compete with the driver's
-	// threads). The host copies share the memory bus with the DMA that
-	// reads the staging buffers: there 8 workers beat 12 at 64 MiB (29-33
-	// GB/s against 22-29, BenchmarkStagedMinPart), while 12 held 46-49
-	// GB/s at 1 GiB in four runs of bench_transfer.py and 8 gave 27-42 in
-	// one (a slow state of the machine, or the count: BenchmarkStagedWorkers
-	// alternates the two to tell).
+	// (default three quarters of GOMAXPROCS, at most 8). The host copies
+	// share the memory bus with the DMA that reads the staging buffers, and
+	// on the 16-core H100 machine 8 workers beat 12 at every size once
+	// the DMAs went in piece order: BenchmarkStagedWorkers, 8 and 12
+	// alternated in one run, 64 MiB 25-32 against 24-27 GB/s, 1 GiB 50-52
+	// against 48-50 (bench/results/h100-2026-11-23-session5).
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
 	// direct (default 4 MiB: below it the driver's own staging is as fast).
@@ -115,7 +114,7 @@ func (o CopierOptions) withDefaults() CopierOptions {
 		o.Buffers = 4
 	}
 	if o.Workers <= 0 {
-		o.Workers = min(max(runtime.GOMAXPROCS(0)*3/4, 1), 12)
+		o.Workers = min(max(runtime.GOMAXPROCS(0)*3/4, 1), 8)
 	}
 	if o.StagedMin <= 0 {
 		o.StagedMin = 4 << 20
@@ -725,7 +724,11 @@ func (p *pipeline) queue(i, b int) {
 // remaining tasks are drained without copying.
 func (p *pipeline) work() {
 	x := p.x
-	for t := range p.tasks {
+	for {
+		t, ok := p.next()
+		if !ok {
+			break
+		}
 		trace("task-taken", t.i)
 		if p.failed() == nil {
 			if !p.h2d {
@@ -753,6 +756,36 @@ func (p *pipeline) work() {
 			p.free[t.b] <- struct{}{}
 		}
 	}
+}
+
+// workerSpin is how long an idle worker keeps polling the task queue
+// before it parks. A parked worker is woken through the scheduler, one
+// thread after another: on the H100 machine (a 16-vCPU virtual machine)
+// the twelve workers of one piece started over 0.45 ms, longer than the
+// piece's copies take, and the first 8 MiB of an upload were copied by two
+// workers (BenchmarkStagedTimeline's task-taken steps). Between pieces a
+// worker waits for the coordinator, which waits for a buffer's DMA (0.2 ms
+// for 8 MiB), so polling a little longer than that keeps the workers
+// running from the first piece to the last. They stop when the transfer
+// ends. A variable so that BenchmarkStagedSpin can compare.
+var workerSpin = 300 * time.Microsecond
+
+// next returns the next host copy task, or false once the queue is closed
+// and empty: polled for up to workerSpin, then waited for.
+func (p *pipeline) next() (pipeTask, bool) {
+	if spin := workerSpin; spin > 0 {
+		start := time.Now()
+		for time.Since(start) < spin {
+			select {
+			case t, ok := <-p.tasks:
+				return t, ok
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
+	t, ok := <-p.tasks
+	return t, ok
 }
 
 // packed records that upload piece i is in its buffer and queues the DMA
