@@ -479,7 +479,9 @@ func pieces(shape, hs, ds []int64, is, chunk int64) []piece {
 // destination the last DMAs may still be in flight on the stream, reading
 // pinned memory only.
 func (x *xfer) staged() error {
+	trace("staged", -1)
 	r, err := x.c.getRing(x.d, x.c.ringSize(x.bytes()))
+	trace("ring", -1)
 	if err != nil {
 		return err
 	}
@@ -643,7 +645,7 @@ func (p *pipeline) run() error {
 	// thread and must win one back on each wake-up. On the H100 machine
 	// 256 MiB uploads from Python ran at 18-24 GB/s that way and at 41-44
 	// GB/s after (bench/results/h100-2026-11-23-session4, p_big.py).
-	wg.Go(func() { p.coordinate(k) })
+	wg.Go(func() { trace("coordinator", -1); p.coordinate(k) })
 	wg.Wait()
 	trace("workers-done", -1)
 	return p.failed()

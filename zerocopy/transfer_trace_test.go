@@ -40,9 +40,13 @@ func uploadViews(b *testing.B, size int64) (d, h *View) {
 
 // timeStaged times staged uploads of h into d with Copier c, after one to
 // warm its ring.
-func timeStaged(b *testing.B, c *Copier, d, h *View) {
+func timeStaged(b *testing.B, c *Copier, d, h *View) { timeUploads(b, c, d, h, PathStaged) }
+
+// timeUploads times uploads of h into d by path with Copier c, after one
+// to warm it.
+func timeUploads(b *testing.B, c *Copier, d, h *View, path TransferPath) {
 	upload := func() {
-		if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
+		if _, err := c.CopyVia(d, h, nil, path); err != nil {
 			b.Fatal(err)
 		}
 		d.Synchronize()
@@ -134,6 +138,26 @@ func BenchmarkStagedSpin(b *testing.B) {
 					c := NewCopier(CopierOptions{})
 					defer c.Close()
 					timeStaged(b, c, d, h)
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkStagedMin times uploads of 2 to 16 MiB from Go memory direct
+// (the driver stages them) and staged, alternated: where StagedMin, the
+// size from which PathAuto stages, should be.
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench 'StagedMin$' -test.benchtime 20x
+func BenchmarkStagedMin(b *testing.B) {
+	for _, size := range []int64{2 << 20, 4 << 20, 8 << 20, 16 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			d, h := uploadViews(b, size)
+			c := NewCopier(CopierOptions{})
+			defer c.Close()
+			for round, path := range []TransferPath{PathDirect, PathStaged, PathDirect, PathStaged} {
+				b.Run(fmt.Sprintf("%v/round%d", path, round/2+1), func(b *testing.B) {
+					timeUploads(b, c, d, h, path)
 				})
 			}
 		})
