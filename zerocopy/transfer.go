@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"weak"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -181,9 +180,13 @@ type ring struct {
 	bufs []*cuda.HostMem
 	evs  []*cuda.Event
 	size int64
+	crew *crew // its host-copy workers, started by its first staged transfer of several pieces
 }
 
 func (r *ring) close() error {
+	if r.crew != nil {
+		r.crew.close()
+	}
 	var first error
 	for i := range r.bufs {
 		// The buffer may still be read or written by a DMA: wait for it.
@@ -526,10 +529,17 @@ type pipeline struct {
 	host, dev side
 	ps        []piece
 
-	left  []atomic.Int32  // host copy tasks not yet done, per piece
-	free  []chan struct{} // per buffer: a token while no piece's host work is pending on it
-	tasks chan pipeTask   // host copies, in piece order
-	err   atomic.Pointer[error]
+	left []atomic.Int32  // host copy tasks not yet done, per piece
+	free []chan struct{} // per buffer: a token while no piece's host work is pending on it
+	err  atomic.Pointer[error]
+
+	// The host copies of every piece, in piece order; piece i's are
+	// all[first[i]:first[i+1]]. The coordinator publishes a piece's tasks
+	// once its buffer is ready; the workers claim them in order.
+	all       []pipeTask
+	first     []int
+	published gate          // tasks [0, published) may be taken
+	claimed   atomic.Uint32 // the next task to claim
 
 	// An upload's DMAs are queued in piece order (see packed).
 	dmaMu   sync.Mutex
@@ -628,16 +638,20 @@ func (p *pipeline) run() error {
 	}
 	p.left = make([]atomic.Int32, len(p.ps))
 	p.packedp = make([]bool, len(p.ps))
+	p.first = make([]int, len(p.ps)+1)
+	for i := range p.ps {
+		p.first[i] = len(p.all)
+		n := p.split(i, i%k, func(t pipeTask) { p.all = append(p.all, t) })
+		p.left[i].Store(int32(n))
+	}
+	p.first[len(p.ps)] = len(p.all)
 	p.free = make([]chan struct{}, k)
 	for b := range p.free {
 		p.free[b] = make(chan struct{}, 1)
 		p.free[b] <- struct{}{}
 	}
-	workers := p.x.c.opts.Workers
-	p.tasks = make(chan pipeTask, k*workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(p.work)
+	if p.r.crew == nil {
+		p.r.crew = newCrew(p.x.c.opts.Workers)
 	}
 	// The coordinator runs on a goroutine of its own, as the workers do:
 	// the caller's goroutine may be locked to a C thread (a call from
@@ -645,41 +659,38 @@ func (p *pipeline) run() error {
 	// thread and must win one back on each wake-up. On the H100 machine
 	// 256 MiB uploads from Python ran at 18-24 GB/s that way and at 41-44
 	// GB/s after (bench/results/h100-2026-11-23-session4, p_big.py).
+	var wg sync.WaitGroup
 	wg.Go(func() { trace("coordinator", -1); p.coordinate(k) })
+	p.r.crew.run(p.work)
 	wg.Wait()
 	trace("workers-done", -1)
 	return p.failed()
 }
 
 // coordinate claims each piece's buffer, makes sure its last DMA is done
-// and queues the piece's tasks (after its DMA, for a download); then it
-// closes the task queue.
+// and publishes the piece's tasks (after its DMA, for a download). After
+// an error it goes on publishing without waiting for DMAs, so that every
+// task is claimed (and skipped) and the workers end.
 func (p *pipeline) coordinate(k int) {
 	x := p.x
-	defer close(p.tasks)
 	for i := range p.ps {
-		if p.failed() != nil {
-			break
-		}
 		b := i % k
 		<-p.free[b] // the host copies of the buffer's previous piece are done
 		trace("buffer-free", i)
-		if err := p.r.evs[b].Synchronize(); err != nil {
-			p.fail(err)
-			break
+		if p.failed() == nil {
+			if err := p.r.evs[b].Synchronize(); err != nil {
+				p.fail(err)
+			}
+			trace("buffer-dma-done", i)
 		}
-		trace("buffer-dma-done", i)
-		if !p.h2d {
+		if !p.h2d && p.failed() == nil {
 			if err := p.move(i, b); err != nil {
 				p.fail(err)
-				break
-			}
-			if err := p.r.evs[b].Record(x.s); err != nil {
+			} else if err := p.r.evs[b].Record(x.s); err != nil {
 				p.fail(err)
-				break
 			}
 		}
-		p.queue(i, b)
+		p.published.store(uint32(p.first[i+1]))
 	}
 }
 
@@ -712,25 +723,17 @@ func (p *pipeline) inline() error {
 	return nil
 }
 
-// queue sets piece i's task count, then hands its tasks to the workers.
-func (p *pipeline) queue(i, b int) {
-	var ts []pipeTask
-	n := p.split(i, b, func(t pipeTask) { ts = append(ts, t) })
-	p.left[i].Store(int32(n))
-	for _, t := range ts {
-		p.tasks <- t
-	}
-}
-
-// work runs host copy tasks until the queue closes. After an error the
-// remaining tasks are drained without copying.
+// work runs host copy tasks, claimed in order, until none is left. After
+// an error the remaining tasks are skipped.
 func (p *pipeline) work() {
 	x := p.x
 	for {
-		t, ok := p.next()
-		if !ok {
-			break
+		j := p.claimed.Add(1) - 1
+		if int(j) >= len(p.all) {
+			return
 		}
+		p.published.waitPast(j)
+		t := &p.all[j]
 		trace("task-taken", t.i)
 		if p.failed() == nil {
 			if !p.h2d {
@@ -760,40 +763,10 @@ func (p *pipeline) work() {
 	}
 }
 
-// workerSpin is how long an idle worker keeps polling the task queue
-// before it parks. A parked worker is woken through the scheduler, one
-// thread after another: on the H100 machine (a 16-vCPU virtual machine)
-// the twelve workers of one piece started over 0.45 ms, longer than the
-// piece's copies take, and the first 8 MiB of an upload were copied by two
-// workers (BenchmarkStagedTimeline's task-taken steps). Between pieces a
-// worker waits for the coordinator, which waits for a buffer's DMA (0.2 ms
-// for 8 MiB), so polling a little longer than that keeps the workers
-// running from the first piece to the last. They stop when the transfer
-// ends. A variable so that BenchmarkStagedSpin can compare.
-var workerSpin = 300 * time.Microsecond
-
-// next returns the next host copy task, or false once the queue is closed
-// and empty: polled for up to workerSpin, then waited for.
-func (p *pipeline) next() (pipeTask, bool) {
-	if spin := workerSpin; spin > 0 {
-		start := time.Now()
-		for time.Since(start) < spin {
-			select {
-			case t, ok := <-p.tasks:
-				return t, ok
-			default:
-				runtime.Gosched()
-			}
-		}
-	}
-	t, ok := <-p.tasks
-	return t, ok
-}
-
 // packed records that upload piece i is in its buffer and queues the DMA
 // of every packed piece whose predecessors' DMAs are queued, in piece
 // order, then frees their buffers. Pieces finish packing out of order
-// (twelve workers share each piece), but the DMAs run one after another on
+// (the workers share each piece), but the DMAs run one after another on
 // the stream and the coordinator waits for the buffers in piece order: a
 // DMA queued behind its successors' held its buffer, and the host copies
 // waiting for it, until all of them were done. BenchmarkStagedTimeline

@@ -2,6 +2,7 @@ package zerocopy_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"unsafe"
@@ -380,5 +381,45 @@ func TestPeerCopyEnablesPeerAccess(t *testing.T) {
 	}
 	if got := devBytes(t, dst); !bytes.Equal(got, pattern(4096, 5)) {
 		t.Fatal("peer copy lost data")
+	}
+}
+
+// TestStagedDriverErrorMidTransfer fails a staged transfer's DMA after a
+// few pieces, both ways: the error comes back (no hang: the workers skip
+// what is left and end), and the same Copier, ring and workers then copy
+// correctly.
+func TestStagedDriverErrorMidTransfer(t *testing.T) {
+	needFake(t)
+	const size = 8 << 20
+	c := zerocopy.NewCopier(zerocopy.CopierOptions{ChunkBytes: 1 << 20, Workers: 4})
+	defer c.Close()
+	src := make([]byte, size)
+	for i := range src {
+		src[i] = byte(i*13 + 1)
+	}
+	h := goView(t, src, dlpack.Uint8Type)
+	back := make([]byte, size)
+	hb := goView(t, back, dlpack.Uint8Type)
+	d := devWith(t, 0, make([]byte, size), dlpack.Uint8Type, size)
+	for _, fn := range []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventSynchronize"} {
+		t.Run(fn, func(t *testing.T) {
+			fakeInject(t, fn, cuda.ErrInvalidValue, 3)
+			_, errUp := c.CopyVia(d, h, nil, zerocopy.PathStaged)
+			_, errDown := c.CopyVia(hb, d, nil, zerocopy.PathStaged)
+			if !errors.Is(errUp, cuda.ErrInvalidValue) && !errors.Is(errDown, cuda.ErrInvalidValue) {
+				t.Fatalf("upload: %v, download: %v; want CUDA_ERROR_INVALID_VALUE from one", errUp, errDown)
+			}
+			fakeCall(t, "fakecuda_clear_injections")
+			clear(back)
+			if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.CopyVia(hb, d, nil, zerocopy.PathStaged); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(back, src) {
+				t.Fatal("after the error, a staged round trip did not bring the bytes back")
+			}
+		})
 	}
 }

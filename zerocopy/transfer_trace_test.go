@@ -60,16 +60,13 @@ func timeUploads(b *testing.B, c *Copier, d, h *View, path TransferPath) {
 
 // BenchmarkStagedTimeline prints when each step of a staged 64 MiB upload
 // happens (microseconds from its start), for the default knobs and for
-// workers that park at once when the queue is empty (workerSpin 0): where
-// the fixed part of a mid-size transfer's time goes.
+// 12 workers: where the fixed part of a mid-size transfer's time goes.
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedTimeline -test.benchtime 1x
 func BenchmarkStagedTimeline(b *testing.B) {
 	d, h := uploadViews(b, 64<<20)
-	defer func(s time.Duration) { workerSpin = s }(workerSpin)
-	for _, spin := range []time.Duration{workerSpin, 0} {
-		workerSpin = spin
-		c := NewCopier(CopierOptions{})
+	for _, w := range []int{0, 12} {
+		c := NewCopier(CopierOptions{Workers: w})
 		for range 3 { // warm: the ring, the threads
 			if _, err := c.CopyVia(d, h, nil, PathStaged); err != nil {
 				b.Fatal(err)
@@ -93,7 +90,7 @@ func BenchmarkStagedTimeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fmt.Printf("staged 64 MiB, %d workers, spin %v: returned %.1f us, synchronized %.1f us\n%s\n", c.Options().Workers, spin,
+		fmt.Printf("staged 64 MiB, %d workers: returned %.1f us, synchronized %.1f us\n%s\n", c.Options().Workers,
 			float64(returned.Nanoseconds())/1e3, float64(synced.Nanoseconds())/1e3, strings.Join(lines, "\n"))
 		c.Close()
 	}
@@ -118,29 +115,6 @@ func BenchmarkStagedMinPart(b *testing.B) {
 				timeStaged(b, c, d, h)
 			})
 		}
-	}
-}
-
-// BenchmarkStagedSpin times staged uploads of 64 MiB and 256 MiB with
-// idle workers that poll the queue for workerSpin and with workers that
-// park at once, alternated.
-//
-//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedSpin -test.benchtime 5x
-func BenchmarkStagedSpin(b *testing.B) {
-	defer func(s time.Duration) { workerSpin = s }(workerSpin)
-	spin := workerSpin
-	for _, size := range []int64{64 << 20, 256 << 20} {
-		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
-			d, h := uploadViews(b, size)
-			for round, s := range []time.Duration{spin, 0, spin, 0} {
-				b.Run(fmt.Sprintf("spin%v/round%d", s, round/2+1), func(b *testing.B) {
-					workerSpin = s
-					c := NewCopier(CopierOptions{})
-					defer c.Close()
-					timeStaged(b, c, d, h)
-				})
-			}
-		})
 	}
 }
 
