@@ -5,6 +5,7 @@ import datetime
 import itertools
 import operator
 import struct
+import sys
 
 from . import _convert as C
 from . import _dtypes, _lib
@@ -830,17 +831,21 @@ def _work_stream(device_id):
 _legacy_producers = set()
 
 
-def _describe_producer(tp):
+def _describe_producer(tp, exchange=True):
     """What _core.from_dlpack needs to know of a producer type, asked once
-    per type: its DLPack C exchange API capsule; or a stream probe,
-    probe(device_id) -> the stream the producer's __dlpack__ orders its
-    writes from (passed back as stream=, the producer has nothing to order:
-    no event, as with the exchange API), or None when unknown; or None."""
-    api = getattr(tp, "__dlpack_c_exchange_api__", None)
+    per type: its DLPack C exchange API capsule (unless exchange is false:
+    the ctypes path cannot call it); or a stream probe, probe(device_id) ->
+    the stream the producer's __dlpack__ orders its writes from (passed back
+    as stream=, the producer has nothing to order: no event, as with the
+    exchange API), or None when unknown; or None."""
+    api = getattr(tp, "__dlpack_c_exchange_api__", None) if exchange else None
     if api is not None:
         return api
-    if (getattr(tp, "__module__", None) or "").partition(".")[0] == "cupy":
+    module = (getattr(tp, "__module__", None) or "").partition(".")[0]
+    if module == "cupy":
         return _cupy_stream_probe()
+    if module == "torch":
+        return _torch_stream_probe()
     return None
 
 
@@ -852,7 +857,7 @@ def _producer_stream(tp, device_id):
     _describe_producer gives a stream probe for tp, else None."""
     probe = _stream_probes.get(tp, False)
     if probe is False:
-        kind = _describe_producer(tp)
+        kind = _describe_producer(tp, exchange=False)
         probe = kind if callable(kind) else None
         if len(_stream_probes) < 64:
             _stream_probes[tp] = probe
@@ -880,6 +885,31 @@ def _cupy_stream_probe():
         if get_device() != device_id:
             return None
         return current() or 1
+
+    return probe
+
+
+def _torch_stream_probe():
+    """PyTorch's current stream on a device, for the ctypes path (PyTorch
+    2.11's C exchange API already names it on the fast path) and PyTorch
+    before 2.11. Asked for __dlpack__(stream=<that stream>) PyTorch records
+    no event: with our work stream instead, every import paid for a
+    torch.cuda.ExternalStream, an Event, its record and a stream wait (about
+    8 us on the H100, the ctypes path's whole regression against 922d2a6,
+    whose work stream was the legacy default stream, PyTorch's own). The
+    import is then pending on that stream, and readers on other streams are
+    ordered after it when they need it (one event, lazily), as with the
+    exchange API. PyTorch's default stream (raw handle 0) is the legacy
+    default stream, 1 in DLPack; any other value below 3 (the per-thread
+    default stream of a build that uses it) is left to our work stream."""
+    torch = sys.modules.get("torch")
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return None
+
+    def probe(device_id):
+        s = raw(device_id)
+        return 1 if s == 0 else (s if s > 2 else None)
 
     return probe
 

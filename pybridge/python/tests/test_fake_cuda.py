@@ -224,6 +224,52 @@ def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
     """, fastpath)
 
 
+@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
+def test_torch_like_producer_has_nothing_to_order(fake_lib, fastpath):
+    """A PyTorch tensor without the C exchange API (PyTorch before 2.11, and
+    every PyTorch on the ctypes path, which cannot call that API; here a
+    stand-in whose type's module is torch, and a fake torch whose
+    _C._cuda_getCurrentRawStream names the current stream per device) is
+    asked for __dlpack__(stream=<its current stream>): no event, the import
+    is pending on that stream (the legacy default stream where PyTorch's
+    current stream is its default one, raw handle 0), and a consumer is
+    ordered after it. A per-thread default stream (2) leaves the import to
+    our work stream, before which the producer orders its writes."""
+    run(fake_lib, r"""
+    import sys, types
+    prod, cons = new_stream("prod"), new_stream("cons")
+    current = {0: prod, 1: 0}
+    torch = types.ModuleType("torch")
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: current[d])
+    sys.modules["torch"] = torch
+    asked = []
+    class TorchLike(Producer):
+        def __dlpack__(self, stream=None, **kw):
+            asked.append(stream)
+            return Producer.__dlpack__(self, stream=stream, **kw)
+    TorchLike.__module__ = "torch"
+    if not dlbridge.fast_path:
+        TorchLike.__dlpack_c_exchange_api__ = object()  # PyTorch 2.11: not for ctypes
+    x = dlbridge.zeros(1024, dtype="float32", device="cuda")
+    x.copy_(x)
+    slow_write(x, 7.0, prod)
+    reset()
+    t = dlbridge.from_dlpack(TorchLike(x, prod))
+    assert asked == [prod] and t._stream == prod and log() == [], (asked, hex(t._stream), log())
+    cap = t.__dlpack__(stream=cons, max_version=(1, 3))  # the consumer's handshake
+    assert log() == ["r prod", "w cons<-prod"], log()
+    assert read_f32(t, cons) == [7.0]
+    current[0] = 0  # PyTorch's default stream: the legacy one, DLPack's 1
+    reset()
+    t2 = dlbridge.from_dlpack(TorchLike(x, 1))
+    assert asked[-1] == 1 and t2._stream == 1 and log() == [], (asked, hex(t2._stream), log())
+    current[0] = 2  # a per-thread default stream: our work stream, as for any producer
+    reset()
+    t3 = dlbridge.from_dlpack(TorchLike(x, prod))
+    assert asked[-1] == WORK and t3._stream == WORK and log() == ["r prod", "w work<-prod"], log()
+    """, fastpath)
+
+
 def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
     """copy_ between device tensors that only dlbridge can reach stays in
     flight (PyTorch's cost: no synchronization) and is not ordered after
