@@ -996,6 +996,10 @@ def _from_interface(obj, d, kind):
     or __array_interface__ (kind 1); it keeps obj alive. Every field is
     converted and checked before the reference on obj is taken, so that an
     error leaves obj's reference count as it was."""
+    if kind == 0 and type(d) is dict:
+        t = _cai_common(obj, d)
+        if t is not None:
+            return t
     what = "__cuda_array_interface__" if kind == 0 else "__array_interface__"
     if not isinstance(d, dict):
         raise TypeError("dlbridge: %s is a %s, not a dict" % (what, type(d).__name__))
@@ -1036,6 +1040,47 @@ def _from_interface(obj, d, kind):
     if buf is not None:
         _check_within(t, buf, what)
     return t
+
+
+_U64_MAX = C.UINT64[2]
+
+
+def _cai_common(obj, d):
+    """_from_interface's common case of a CUDA interface written out, as
+    C.pair's in from_dlpack: exact ints, tuples and a str, each in range,
+    checked inline without a _convert call per field (about 1 us per import
+    on the H100 machine, +10% on dlbridge.asarray(torch cuda, CAI) against
+    922d2a6, which checked nothing). None for anything else: the checked
+    path then converts it or explains what is wrong."""
+    data = d.get("data")
+    shape = d.get("shape")
+    typestr = d.get("typestr")
+    strides = d.get("strides")
+    stream = d.get("stream")
+    version = d.get("version", 3)
+    if not (type(data) is tuple and len(data) == 2 and type(data[0]) is int and type(data[1]) is bool
+            and 0 <= data[0] <= _U64_MAX and type(shape) is tuple and len(shape) <= _lib.MAX_NDIM
+            and type(typestr) is str and typestr.isascii() and "\0" not in typestr
+            and type(version) is int and _I32_MIN <= version <= _I32_MAX
+            and (stream is None or (type(stream) is int and 0 <= stream <= _U64_MAX))):
+        return None
+    for e in shape:
+        if type(e) is not int or not 0 <= e <= _INT64_MAX:
+            return None
+    nd = len(shape)
+    if strides is not None:
+        if type(strides) is not tuple or len(strides) != nd:
+            return None
+        for e in strides:
+            if type(e) is not int or not _INT64_MIN <= e <= _INT64_MAX:
+                return None
+    has_stream = stream is not None
+    if has_stream and stream > _INT64_MAX:
+        stream -= 2**64  # C.as_int64_bits: the handle's bits as int64
+    _lib.Py_IncRef(obj)  # the tensor's owner drops it when the memory is released
+    return _new(_lib.from_memory, 0, data[0], int(data[1]), typestr.encode(), nd, _i64_array(shape),
+                _i64_array(strides) if strides is not None else None, version, int(has_stream),
+                stream or 0, int(d.get("mask") is not None), CUDA, -1, id(obj))
 
 
 def _interface_buffer(src, d, what):
