@@ -468,13 +468,37 @@ static int bool_like(PyObject *v) {
 	return yes;
 }
 
+// exact_int is int_arg's common case, inline: an exact int in [lo, hi]
+// into *out (1), else 0 with nothing set. __dlpack__ runs it per export:
+// int_arg's full body (its message buffer, the checks of other types) as
+// the only path cost about 60 instructions a call more than 922d2a6's
+// PyLong_AsLongLong.
+static inline int exact_int(PyObject *v, long long lo, long long hi, long long *out) {
+	if (!PyLong_CheckExact(v)) return 0;
+	int overflow = 0;
+	long long x = PyLong_AsLongLongAndOverflow(v, &overflow); // cannot fail on an exact int
+	if (overflow || x < lo || x > hi) return 0;
+	*out = x;
+	return 1;
+}
+
+static int int_arg_checked(PyObject *v, const char *name, int index, long long lo, long long hi,
+			   const char *ctype, long long *out);
+
 // int_arg takes v with operator.index semantics (bool, float, str refused)
 // into *out, checked against [lo, hi], the range of ctype. name (with
 // "[index]" when index >= 0) is the argument as the message shows it
 // ("stream", "dl_device[1]"). -1 with TypeError or ValueError set on
 // failure, with the messages of dlbridge._convert.
-static int int_arg(PyObject *v, const char *name, int index, long long lo, long long hi, const char *ctype,
-		   long long *out) {
+static inline int int_arg(PyObject *v, const char *name, int index, long long lo, long long hi,
+			  const char *ctype, long long *out) {
+	if (exact_int(v, lo, hi, out)) return 0;
+	return int_arg_checked(v, name, index, lo, hi, ctype, out);
+}
+
+// int_arg_checked is int_arg for anything but an exact int in range.
+static __attribute__((noinline)) int int_arg_checked(PyObject *v, const char *name, int index, long long lo,
+							long long hi, const char *ctype, long long *out) {
 	PyObject *i;
 	if (PyLong_CheckExact(v)) { // the usual case, without a new reference
 		int overflow = 0;
@@ -515,9 +539,23 @@ static int int_arg(PyObject *v, const char *name, int index, long long lo, long 
 	return 0;
 }
 
+static int pair_arg_checked(PyObject *v, const char *name, long long lo, long long hi, const char *ctype,
+			    long long out[2]);
+
 // pair_arg takes v, a sequence of exactly two integers, into out[0..1].
-static int pair_arg(PyObject *v, const char *name, long long lo, long long hi, const char *ctype, long long out[2]) {
-	if (PyTuple_Check(v) && PyTuple_Size(v) == 2) { // the usual case: borrowed items
+static inline int pair_arg(PyObject *v, const char *name, long long lo, long long hi, const char *ctype,
+			   long long out[2]) {
+	if (PyTuple_CheckExact(v) && PyTuple_Size(v) == 2 && exact_int(PyTuple_GetItem(v, 0), lo, hi, &out[0]) &&
+	    exact_int(PyTuple_GetItem(v, 1), lo, hi, &out[1]))
+		return 0;
+	return pair_arg_checked(v, name, lo, hi, ctype, out);
+}
+
+// pair_arg_checked is pair_arg for anything but an exact tuple of two exact
+// ints in range.
+static __attribute__((noinline)) int pair_arg_checked(PyObject *v, const char *name, long long lo, long long hi,
+							 const char *ctype, long long out[2]) {
+	if (PyTuple_Check(v) && PyTuple_Size(v) == 2) { // borrowed items
 		for (int k = 0; k < 2; k++)
 			if (int_arg(PyTuple_GetItem(v, k), name, k, lo, hi, ctype, &out[k]) < 0) return -1;
 		return 0;
@@ -541,6 +579,24 @@ static int pair_arg(PyObject *v, const char *name, long long lo, long long hi, c
 static PyObject *s_stream, *s_max_version, *s_dl_device, *s_copy;
 
 static int kw_is(PyObject *name, PyObject *want) { return name == want || PyUnicode_Compare(name, want) == 0; }
+
+// last_max_version is the last max_version __dlpack__ took that is an exact
+// tuple of two exact ints, held here so that its identity stands for its
+// value (such a tuple cannot change): a consumer passes the same constant
+// on every export, which then costs one comparison (the GIL guards both).
+static PyObject *last_max_version;
+static int last_versioned;
+
+static void remember_max_version(PyObject *mv, int versioned) {
+	if (!PyTuple_CheckExact(mv) || !PyLong_CheckExact(PyTuple_GetItem(mv, 0)) ||
+	    !PyLong_CheckExact(PyTuple_GetItem(mv, 1)))
+		return; // (pair_arg accepted it: two items)
+	PyObject *old = last_max_version;
+	Py_INCREF(mv);
+	last_max_version = mv;
+	Py_XDECREF(old); // a tuple of ints: its deallocation runs no Python code
+	last_versioned = versioned;
+}
 
 // __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
 static PyObject *ct_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -568,9 +624,14 @@ static PyObject *ct_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nar
 	if (check_open(t) < 0 || fresh_stream(t) < 0) return NULL;
 	int versioned = 0;
 	if (max_version && max_version != Py_None) {
-		long long mv[2];
-		if (pair_arg(max_version, "max_version", 0, UINT32_MAX, "uint32", mv) < 0) return NULL;
-		versioned = mv[0] >= 1;
+		if (max_version == last_max_version) {
+			versioned = last_versioned;
+		} else {
+			long long mv[2];
+			if (pair_arg(max_version, "max_version", 0, UINT32_MAX, "uint32", mv) < 0) return NULL;
+			versioned = mv[0] >= 1;
+			remember_max_version(max_version, versioned);
+		}
 	}
 	int has_stream = 0;
 	long long s = 0;
