@@ -22,10 +22,11 @@ import (
 // time (8-15 GB/s on the H100 machine against 55 GB/s from pinned memory).
 // The Copier does better in two ways:
 //
-//   - staged: a ring of pinned buffers; several goroutines copy the next
-//     chunks into free buffers while the DMA engine moves the previous ones,
-//     so the transfer runs at the speed of a parallel host memcpy rather
-//     than the driver's staging (1 GiB there: ~51 GB/s up, 43-50 down);
+//   - staged: a ring of pinned buffers; the ring's crew of workers copies
+//     the next chunks into free buffers while the DMA engine moves the
+//     previous ones, so the transfer runs at the speed of a parallel host
+//     memcpy rather than the driver's staging (1 GiB there: 47-51 GB/s up,
+//     54 down; crew.go says why the workers park in the kernel);
 //   - registered: a Go buffer that is transferred again and again is
 //     page-locked once (cuMemHostRegister), after which the DMA engines read
 //     it directly at the pinned rate; it is unregistered when the last view
