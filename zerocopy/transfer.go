@@ -545,8 +545,7 @@ type pipeline struct {
 
 	// An upload's DMAs are queued in piece order (see packed).
 	dmaMu   sync.Mutex
-	packedp []bool // per piece: its host copies are done
-	nextDMA int    // the first piece whose DMA is not queued
+	nextDMA int // the first piece whose DMA is not queued
 }
 
 // pipeTask is one host copy: part of piece i, between the host memory and
@@ -635,11 +634,7 @@ func trace(step string, piece int) {
 
 func (p *pipeline) run() error {
 	k := len(p.r.bufs)
-	if len(p.ps) == 1 && p.split(0, 0, func(pipeTask) {}) == 1 {
-		return p.inline()
-	}
 	p.left = make([]atomic.Int32, len(p.ps))
-	p.packedp = make([]bool, len(p.ps))
 	p.first = make([]int, len(p.ps)+1)
 	for i := range p.ps {
 		p.first[i] = len(p.all)
@@ -647,6 +642,9 @@ func (p *pipeline) run() error {
 		p.left[i].Store(int32(n))
 	}
 	p.first[len(p.ps)] = len(p.all)
+	if len(p.all) == 1 {
+		return p.inline()
+	}
 	p.free = make([]chan struct{}, k)
 	for b := range p.free {
 		p.free[b] = make(chan struct{}, 1)
@@ -703,8 +701,7 @@ func (p *pipeline) inline() error {
 	if err := ev.Synchronize(); err != nil { // the buffer's last DMA is done
 		return err
 	}
-	var t pipeTask
-	p.split(0, 0, func(tt pipeTask) { t = tt })
+	t := &p.all[0]
 	if p.h2d {
 		hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
 		if err := p.move(0, 0); err != nil {
@@ -757,7 +754,7 @@ func (p *pipeline) work() {
 		}
 		// The last task of the piece.
 		if p.h2d {
-			p.packed(t.i)
+			p.packed()
 		} else {
 			p.free[t.b] <- struct{}{}
 		}
@@ -799,20 +796,19 @@ func (p *pipeline) claim() (uint32, bool) {
 // it sleeps.
 const taskSpin = 200 * time.Microsecond
 
-// packed records that upload piece i is in its buffer and queues the DMA
-// of every packed piece whose predecessors' DMAs are queued, in piece
-// order, then frees their buffers. Pieces finish packing out of order
+// packed is called by the worker that finishes an upload piece's last
+// task. It queues the DMA of every packed piece (no task left) whose
+// predecessors' DMAs are queued, in piece order, then frees their buffers. Pieces finish packing out of order
 // (the workers share each piece), but the DMAs run one after another on
 // the stream and the coordinator waits for the buffers in piece order: a
 // DMA queued behind its successors' held its buffer, and the host copies
 // waiting for it, until all of them were done. BenchmarkStagedTimeline
 // showed it on the H100: pieces 5, 6, 7 and then 4 queued, so the next
 // piece's copies waited 1.1 ms with the host idle.
-func (p *pipeline) packed(i int) {
+func (p *pipeline) packed() {
 	p.dmaMu.Lock()
 	defer p.dmaMu.Unlock()
-	p.packedp[i] = true
-	for ; p.nextDMA < len(p.ps) && p.packedp[p.nextDMA]; p.nextDMA++ {
+	for ; p.nextDMA < len(p.ps) && p.left[p.nextDMA].Load() == 0; p.nextDMA++ {
 		j := p.nextDMA
 		b := j % len(p.r.bufs)
 		if p.failed() == nil {
