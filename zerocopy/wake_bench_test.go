@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // BenchmarkWakeWorkers measures how long 12 idle goroutines take to start
@@ -58,22 +55,16 @@ func BenchmarkWakeWorkers(b *testing.B) {
 		return out
 	})
 	report("futex", func() []time.Duration {
-		var word atomic.Uint32
+		var g gate
 		out := make([]time.Duration, n)
 		var t0 time.Time
 		var wg sync.WaitGroup
 		for i := range n {
-			wg.Go(func() {
-				for word.Load() == 0 {
-					syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&word)), 128 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0)
-				}
-				out[i] = time.Since(t0)
-			})
+			wg.Go(func() { g.waitChange(0); out[i] = time.Since(t0) })
 		}
 		time.Sleep(time.Millisecond)
 		t0 = time.Now()
-		word.Store(1)
-		syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&word)), 129 /* FUTEX_WAKE_PRIVATE */, n, 0, 0, 0)
+		g.store(1)
 		wg.Wait()
 		return out
 	})
