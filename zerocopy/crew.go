@@ -1,6 +1,9 @@
 package zerocopy
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // crew is a staging ring's host-copy workers: goroutines that keep their
 // OS threads between transfers, parked in the kernel on a gate, so that
@@ -21,12 +24,12 @@ type crew struct {
 	job  func() // set before gen moves
 	quit atomic.Bool
 	left atomic.Int32
-	done chan struct{}
+	fin  gate // set to gen's value when the job's last worker returns
 }
 
 // newCrew starts n workers.
 func newCrew(n int) *crew {
-	c := &crew{n: n, done: make(chan struct{}, 1)}
+	c := &crew{n: n}
 	for range n {
 		go c.loop()
 	}
@@ -42,18 +45,28 @@ func (c *crew) loop() {
 		}
 		c.job()
 		if c.left.Add(-1) == 0 {
-			c.done <- struct{}{}
+			c.fin.store(seen)
 		}
 	}
 }
 
-// run runs job on every worker at once and returns when all of them have
-// returned. One run at a time: the transfer that holds the ring.
+// run runs job on every worker and on the calling goroutine at once, and
+// returns when all of them have returned. The caller works too because
+// its thread is running already: the first task starts while the crew's
+// threads wake. One run at a time: the transfer that holds the ring.
 func (c *crew) run(job func()) {
+	if c.n == 0 {
+		job()
+		return
+	}
 	c.job = job
 	c.left.Store(int32(c.n))
-	c.gen.store(c.gen.load() + 1)
-	<-c.done
+	g := c.gen.load() + 1
+	c.gen.store(g)
+	job()
+	// The workers end with the caller, give or take a task: poll before
+	// sleeping.
+	c.fin.spinUntil(g, taskSpin)
 	c.job = nil
 }
 
@@ -61,4 +74,18 @@ func (c *crew) run(job func()) {
 func (c *crew) close() {
 	c.quit.Store(true)
 	c.gen.store(c.gen.load() + 1)
+}
+
+// spinUntil returns once the counter is v, polling for up to d before it
+// sleeps.
+func (g *gate) spinUntil(v uint32, d time.Duration) {
+	t0 := time.Now()
+	for n := 0; g.load() != v; n++ {
+		if n%64 == 63 && time.Since(t0) > d {
+			for g.load() != v {
+				g.waitChange(g.load())
+			}
+			return
+		}
+	}
 }

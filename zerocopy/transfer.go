@@ -531,21 +531,25 @@ type pipeline struct {
 	host, dev side
 	ps        []piece
 
-	left []atomic.Int32  // host copy tasks not yet done, per piece
-	free []chan struct{} // per buffer: a token while no piece's host work is pending on it
+	left []atomic.Int32 // host copy tasks not yet done, per piece
 	err  atomic.Pointer[error]
 
 	// The host copies of every piece, in piece order; piece i's are
-	// all[first[i]:first[i+1]]. The coordinator publishes a piece's tasks
-	// once its buffer is ready; the workers claim them in order.
+	// all[first[i]:first[i+1]]. A piece's tasks are published once its
+	// buffer is ready (see publishReady); the workers claim them in order.
 	all       []pipeTask
 	first     []int
 	published gate          // tasks [0, published) may be taken
 	claimed   atomic.Uint32 // the next task to claim
 
+	// Publishing, by one worker at a time (see publishReady).
+	publishing atomic.Bool
+	recheck    atomic.Bool  // a piece may have become ready since the publisher looked
+	nextPub    atomic.Int32 // the first piece not published
+
 	// An upload's DMAs are queued in piece order (see packed).
 	dmaMu   sync.Mutex
-	nextDMA int // the first piece whose DMA is not queued
+	nextDMA atomic.Int32 // the first piece whose DMA is not queued
 }
 
 // pipeTask is one host copy: part of piece i, between the host memory and
@@ -645,52 +649,76 @@ func (p *pipeline) run() error {
 	if len(p.all) == 1 {
 		return p.inline()
 	}
-	p.free = make([]chan struct{}, k)
-	for b := range p.free {
-		p.free[b] = make(chan struct{}, 1)
-		p.free[b] <- struct{}{}
-	}
 	if p.r.crew == nil {
-		p.r.crew = newCrew(p.x.c.opts.Workers)
+		// The caller works beside the crew (crew.run), so Workers
+		// goroutines copy in all.
+		p.r.crew = newCrew(p.x.c.opts.Workers - 1)
 	}
-	// The coordinator runs on a goroutine of its own, as the workers do:
-	// the caller's goroutine may be locked to a C thread (a call from
-	// Python), and a locked goroutine that blocks hands its P to another
-	// thread and must win one back on each wake-up. On the H100 machine
-	// 256 MiB uploads from Python ran at 18-24 GB/s that way and at 41-44
-	// GB/s after (bench/results/h100-2026-11-23-session4, p_big.py).
-	var wg sync.WaitGroup
-	wg.Go(func() { trace("coordinator", -1); p.coordinate(k) })
+	// There is no coordinator: the workers publish the pieces themselves
+	// (publishReady). A coordinator goroutine that waited on channels was
+	// woken by the Go scheduler, tens of microseconds late on the H100
+	// machine each time a buffer came free, while a worker that frees a
+	// buffer is running already.
 	p.r.crew.run(p.work)
-	wg.Wait()
 	trace("workers-done", -1)
 	return p.failed()
 }
 
-// coordinate claims each piece's buffer, makes sure its last DMA is done
-// and publishes the piece's tasks (after its DMA, for a download). After
-// an error it goes on publishing without waiting for DMAs, so that every
-// task is claimed (and skipped) and the workers end.
-func (p *pipeline) coordinate(k int) {
-	x := p.x
-	for i := range p.ps {
-		b := i % k
-		<-p.free[b] // the host copies of the buffer's previous piece are done
-		trace("buffer-free", i)
-		if p.failed() == nil {
-			if err := p.r.evs[b].Synchronize(); err != nil {
-				p.fail(err)
-			}
-			trace("buffer-dma-done", i)
+// ready reports whether piece i's buffer is free of the host work of the
+// buffer's previous piece: for an upload, that piece's DMA is queued (its
+// event then says when the buffer is read); for a download, its host
+// copies out of the buffer are done.
+func (p *pipeline) ready(i int) bool {
+	k := len(p.r.bufs)
+	if i < k {
+		return true
+	}
+	if p.h2d {
+		return int(p.nextDMA.Load()) > i-k
+	}
+	return p.left[i-k].Load() == 0
+}
+
+// publishReady publishes every piece whose buffer is ready, in piece
+// order, on whichever worker calls it first. Every worker that may have
+// made a piece ready (it finished a piece's host copies, or queued its
+// DMA) calls it, and so does each worker as it starts. One worker
+// publishes at a time; a worker that finds another publishing leaves a
+// note (recheck) that the publisher reads after it lets go, so no ready
+// piece is left unpublished while the workers sleep.
+//
+// Publishing piece i into buffer b waits for the buffer's last DMA (its
+// event), then, for a download, queues the piece's DMA into the buffer.
+// After an error it publishes without either, so that every task is
+// claimed (and skipped) and the workers end.
+func (p *pipeline) publishReady() {
+	k := len(p.r.bufs)
+	p.recheck.Store(true)
+	for p.recheck.Load() {
+		if p.publishing.Load() || !p.publishing.CompareAndSwap(false, true) {
+			return // the publisher will see recheck
 		}
-		if !p.h2d && p.failed() == nil {
-			if err := p.move(i, b); err != nil {
-				p.fail(err)
-			} else if err := p.r.evs[b].Record(x.s); err != nil {
-				p.fail(err)
+		p.recheck.Store(false)
+		for i := int(p.nextPub.Load()); i < len(p.ps) && p.ready(i); i++ {
+			b := i % k
+			trace("buffer-free", i)
+			if p.failed() == nil {
+				if err := p.r.evs[b].Synchronize(); err != nil {
+					p.fail(err)
+				}
+				trace("buffer-dma-done", i)
 			}
+			if !p.h2d && p.failed() == nil {
+				if err := p.move(i, b); err != nil {
+					p.fail(err)
+				} else if err := p.r.evs[b].Record(p.x.s); err != nil {
+					p.fail(err)
+				}
+			}
+			p.nextPub.Store(int32(i + 1))
+			p.published.store(uint32(p.first[i+1]))
 		}
-		p.published.store(uint32(p.first[i+1]))
+		p.publishing.Store(false)
 	}
 }
 
@@ -726,6 +754,7 @@ func (p *pipeline) inline() error {
 // an error the remaining tasks are skipped.
 func (p *pipeline) work() {
 	x := p.x
+	p.publishReady()
 	for {
 		j, ok := p.claim()
 		if !ok {
@@ -752,12 +781,12 @@ func (p *pipeline) work() {
 		if p.left[t.i].Add(-1) != 0 {
 			continue
 		}
-		// The last task of the piece.
+		// The last task of the piece: its DMA may go (an upload), and a
+		// later piece may now have a free buffer.
 		if p.h2d {
 			p.packed()
-		} else {
-			p.free[t.b] <- struct{}{}
 		}
+		p.publishReady()
 	}
 }
 
@@ -798,18 +827,17 @@ const taskSpin = 200 * time.Microsecond
 
 // packed is called by the worker that finishes an upload piece's last
 // task. It queues the DMA of every packed piece (no task left) whose
-// predecessors' DMAs are queued, in piece order, then frees their buffers. Pieces finish packing out of order
-// (the workers share each piece), but the DMAs run one after another on
-// the stream and the coordinator waits for the buffers in piece order: a
-// DMA queued behind its successors' held its buffer, and the host copies
+// predecessors' DMAs are queued, in piece order. Pieces finish packing out
+// of order (the workers share each piece), but the DMAs run one after
+// another on the stream and the buffers are reused in piece order: a DMA
+// queued behind its successors' held its buffer, and the host copies
 // waiting for it, until all of them were done. BenchmarkStagedTimeline
 // showed it on the H100: pieces 5, 6, 7 and then 4 queued, so the next
 // piece's copies waited 1.1 ms with the host idle.
 func (p *pipeline) packed() {
 	p.dmaMu.Lock()
 	defer p.dmaMu.Unlock()
-	for ; p.nextDMA < len(p.ps) && p.left[p.nextDMA].Load() == 0; p.nextDMA++ {
-		j := p.nextDMA
+	for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
 		b := j % len(p.r.bufs)
 		if p.failed() == nil {
 			if err := p.move(j, b); err != nil {
@@ -819,7 +847,7 @@ func (p *pipeline) packed() {
 			}
 			trace("dma-queued", j)
 		}
-		p.free[b] <- struct{}{}
+		p.nextDMA.Store(int32(j + 1))
 	}
 }
 
