@@ -19,12 +19,13 @@ import (
 // not help, because a goroutine that yields does not make the scheduler
 // wake another thread.
 type crew struct {
-	n    int
-	gen  gate   // moves to hand out a job, or to quit
-	job  func() // set before gen moves
-	quit atomic.Bool
-	left atomic.Int32
-	fin  gate // set to gen's value when the job's last worker returns
+	n     int
+	gen   gate          // moves to hand out a job, or to quit
+	woken atomic.Uint32 // the last gen whose first worker up woke the others
+	job   func()        // set before gen moves
+	quit  atomic.Bool
+	left  atomic.Int32
+	fin   gate // set to gen's value when the job's last worker returns
 }
 
 // newCrew starts n workers.
@@ -40,6 +41,9 @@ func (c *crew) loop() {
 	var seen uint32
 	for {
 		seen = c.gen.waitChange(seen)
+		if c.woken.Swap(seen) != seen {
+			c.gen.wake() // the first worker up wakes the others (see run)
+		}
 		if c.quit.Load() {
 			return
 		}
@@ -62,7 +66,9 @@ func (c *crew) run(job func()) {
 	c.job = job
 	c.left.Store(int32(c.n))
 	g := c.gen.load() + 1
-	c.gen.store(g)
+	// Wake one worker, which wakes the others: the caller's thread starts
+	// on the job sooner.
+	c.gen.storeWakeOne(g)
 	job()
 	// The workers end with the caller, give or take a task: poll before
 	// sleeping.

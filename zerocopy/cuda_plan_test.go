@@ -3,6 +3,7 @@ package zerocopy
 import (
 	"testing"
 
+	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -176,5 +177,41 @@ func TestRampCutsTheFirstAndLastPiecesIntoQuarters(t *testing.T) {
 	one := pieces([]int64{100}, []int64{1}, []int64{1}, 4, chunk)
 	if got := ramp(one, []int64{1}, []int64{1}, 4, chunk); len(got) != 1 {
 		t.Errorf("a one-piece transfer was cut: %+v", got)
+	}
+}
+
+// TestPlaceStagesAnUploadsQuartersInOneBuffer: an upload of 8 MiB through
+// four 1 MiB buffers is 4 quarters, 6 whole pieces and 4 quarters. The
+// first quarters share buffer 0, so the next three pieces take buffers 1-3
+// without waiting for a DMA; each later use of a buffer waits for the
+// buffer's previous use. A download gives every piece a buffer of its own.
+func TestPlaceStagesAnUploadsQuartersInOneBuffer(t *testing.T) {
+	const size, chunk = 8 << 20, 1 << 20
+	s := []int64{1}
+	ps := ramp(pieces([]int64{size}, s, s, 1, chunk), s, s, 1, chunk)
+	p := &pipeline{x: &xfer{is: 1}, r: &ring{bufs: make([]*cuda.HostMem, 4), size: chunk}, ps: ps, h2d: true}
+	p.dev.strides = s
+	p.place()
+	q := int64(chunk / 4)
+	want := []slot{
+		{b: 0, off: 0, prev: -1, first: true}, {b: 0, off: q, prev: -1}, {b: 0, off: 2 * q, prev: -1}, {b: 0, off: 3 * q, prev: -1},
+		{b: 1, prev: -1, first: true}, {b: 2, prev: -1, first: true}, {b: 3, prev: -1, first: true},
+		{b: 0, prev: 3, first: true}, {b: 1, prev: 4, first: true}, {b: 2, prev: 5, first: true},
+		{b: 3, off: 0, prev: 6, first: true}, {b: 3, off: q, prev: 6}, {b: 3, off: 2 * q, prev: 6}, {b: 3, off: 3 * q, prev: 6},
+	}
+	if diff := cmp.Diff(want, p.at, cmp.AllowUnexported(slot{})); diff != "" {
+		t.Errorf("upload slots (-want +got):\n%s", diff)
+	}
+
+	p.h2d = false
+	p.place()
+	for i, sl := range p.at {
+		w := slot{b: i % 4, prev: i - 4, first: true}
+		if i < 4 {
+			w.prev = -1
+		}
+		if sl != w {
+			t.Errorf("download piece %d: slot %+v, want %+v", i, sl, w)
+		}
 	}
 }

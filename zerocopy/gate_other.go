@@ -34,6 +34,13 @@ func (g *gate) store(v uint32) {
 	g.mu.Unlock()
 }
 
+// storeWakeOne sets the counter; a condition variable wakes every waiter
+// at once anyway.
+func (g *gate) storeWakeOne(v uint32) { g.store(v) }
+
+// wake has nothing to do: store woke every waiter.
+func (g *gate) wake() {}
+
 // waitChange returns the counter once it differs from old.
 func (g *gate) waitChange(old uint32) uint32 {
 	g.mu.Lock()

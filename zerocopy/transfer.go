@@ -530,6 +530,7 @@ type pipeline struct {
 	h2d       bool
 	host, dev side
 	ps        []piece
+	at        []slot // where each piece is staged (see place)
 
 	left []atomic.Int32 // host copy tasks not yet done, per piece
 	err  atomic.Pointer[error]
@@ -552,6 +553,49 @@ type pipeline struct {
 	nextDMA atomic.Int32 // the first piece whose DMA is not queued
 }
 
+// slot is where a piece is staged: buffer b from byte off. prev is the
+// last piece of the buffer's previous use in this transfer (-1: none), and
+// first says that the piece opens a use of the buffer (the pieces packed
+// into a buffer together are published together, after one wait for the
+// buffer).
+type slot struct {
+	b     int
+	off   int64
+	prev  int
+	first bool
+}
+
+// place gives each piece its slot. An upload packs consecutive pieces
+// into a buffer while they fit, so ramp's four quarters share one and the
+// other buffers take the next pieces at once: when each quarter had a
+// buffer of its own, the first whole piece waited for the first quarter's
+// DMA and then took longer to pack than the quarters' DMAs, so the DMA
+// engine idled (BenchmarkStagedTimeline on the H100: 0.16 ms of 1.5). A
+// download gives each piece a buffer of its own, in turn: its workers wait
+// for their piece's DMA by the buffer's event, which a later piece in the
+// same buffer would move past it.
+func (p *pipeline) place() {
+	k := len(p.r.bufs)
+	p.at = make([]slot, len(p.ps))
+	last := make([]int, k) // per buffer: the last piece staged in it
+	for b := range last {
+		last[b] = -1
+	}
+	b, fill := -1, p.r.size
+	for i, pc := range p.ps {
+		_, _, n := likeStrides(pc.shape, p.dev.strides)
+		n = (n*p.x.is + 255) &^ 255 // pieces start 256-byte aligned
+		if !p.h2d || fill+n > p.r.size {
+			b, fill = (b+1)%k, 0
+			p.at[i] = slot{b: b, prev: last[b], first: true}
+		} else {
+			p.at[i] = slot{b: b, off: fill, prev: p.at[i-1].prev}
+		}
+		fill += n
+		last[b] = i
+	}
+}
+
 // pipeTask is one host copy: part of piece i, between the host memory and
 // buffer b.
 type pipeTask struct {
@@ -572,17 +616,18 @@ func (p *pipeline) failed() error {
 	return nil
 }
 
-// stage returns where piece i lives in buffer b: the element [0,...] of
+// stage returns where piece i lives in its buffer: the element [0,...] of
 // a compact layout like the device side, and its strides.
-func (p *pipeline) stage(i, b int) (uintptr, []int64) {
+func (p *pipeline) stage(i int) (uintptr, []int64) {
 	like, off, _ := likeStrides(p.ps[i].shape, p.dev.strides)
-	return uintptr(p.r.bufs[b].Ptr()) + uintptr(off*p.x.is), like
+	s := p.at[i]
+	return uintptr(p.r.bufs[s.b].Ptr()) + uintptr(s.off+off*p.x.is), like
 }
 
-// move queues the DMA of piece i between buffer b and the device.
-func (p *pipeline) move(i, b int) error {
+// move queues the DMA of piece i between its buffer and the device.
+func (p *pipeline) move(i int) error {
 	x, pc := p.x, p.ps[i]
-	bp, bs := p.stage(i, b)
+	bp, bs := p.stage(i)
 	db := p.dev.base + uintptr(pc.doff*x.is)
 	var pl bytePlan
 	if p.h2d {
@@ -593,11 +638,11 @@ func (p *pipeline) move(i, b int) error {
 	return dmaOrKernel(x, &pl, bp, db, memPinned, p.dev.kind)
 }
 
-// split cuts piece i (in buffer b) into host copy tasks along its largest
-// dimension: about one per worker, none smaller than minPart bytes.
-func (p *pipeline) split(i, b int, emit func(pipeTask)) int {
-	pc := p.ps[i]
-	bp, bs := p.stage(i, b)
+// split cuts piece i into host copy tasks along its largest dimension:
+// about one per worker, none smaller than minPart bytes.
+func (p *pipeline) split(i int, emit func(pipeTask)) int {
+	pc, b := p.ps[i], p.at[i].b
+	bp, bs := p.stage(i)
 	hp := p.host.base + uintptr(pc.hoff*p.x.is)
 	n := p.x.is
 	dim, ext := -1, int64(1)
@@ -637,15 +682,16 @@ func trace(step string, piece int) {
 }
 
 func (p *pipeline) run() error {
-	k := len(p.r.bufs)
+	p.place()
 	p.left = make([]atomic.Int32, len(p.ps))
 	p.first = make([]int, len(p.ps)+1)
 	for i := range p.ps {
 		p.first[i] = len(p.all)
-		n := p.split(i, i%k, func(t pipeTask) { p.all = append(p.all, t) })
+		n := p.split(i, func(t pipeTask) { p.all = append(p.all, t) })
 		p.left[i].Store(int32(n))
 	}
 	p.first[len(p.ps)] = len(p.all)
+	trace("tasks", -1)
 	if len(p.all) == 1 {
 		return p.inline()
 	}
@@ -665,18 +711,18 @@ func (p *pipeline) run() error {
 }
 
 // ready reports whether piece i's buffer is free of the host work of the
-// buffer's previous piece: for an upload, that piece's DMA is queued (its
-// event then says when the buffer is read); for a download, its host
-// copies out of the buffer are done.
+// buffer's previous use: for an upload, its DMAs are queued (the buffer's
+// event then says when they have read it); for a download, its host copies
+// out of the buffer are done.
 func (p *pipeline) ready(i int) bool {
-	k := len(p.r.bufs)
-	if i < k {
+	prev := p.at[i].prev
+	if prev < 0 {
 		return true
 	}
 	if p.h2d {
-		return int(p.nextDMA.Load()) > i-k
+		return int(p.nextDMA.Load()) > prev
 	}
-	return p.left[i-k].Load() == 0
+	return p.left[prev].Load() == 0
 }
 
 // publishReady publishes every piece whose buffer is ready, in piece
@@ -692,7 +738,6 @@ func (p *pipeline) ready(i int) bool {
 // After an error it publishes without either, so that every task is
 // claimed (and skipped) and the workers end.
 func (p *pipeline) publishReady() {
-	k := len(p.r.bufs)
 	p.recheck.Store(true)
 	for p.recheck.Load() {
 		if p.publishing.Load() || !p.publishing.CompareAndSwap(false, true) {
@@ -700,16 +745,16 @@ func (p *pipeline) publishReady() {
 		}
 		p.recheck.Store(false)
 		for i := int(p.nextPub.Load()); i < len(p.ps) && p.ready(i); i++ {
-			b := i % k
-			trace("buffer-free", i)
-			if p.failed() == nil {
+			b := p.at[i].b
+			if p.at[i].first && p.failed() == nil {
+				trace("buffer-free", i)
 				if err := p.r.evs[b].Synchronize(); err != nil {
 					p.fail(err)
 				}
 				trace("buffer-dma-done", i)
 			}
 			if !p.h2d && p.failed() == nil {
-				if err := p.move(i, b); err != nil {
+				if err := p.move(i); err != nil {
 					p.fail(err)
 				} else if err := p.r.evs[b].Record(p.x.s); err != nil {
 					p.fail(err)
@@ -732,12 +777,12 @@ func (p *pipeline) inline() error {
 	t := &p.all[0]
 	if p.h2d {
 		hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
-		if err := p.move(0, 0); err != nil {
+		if err := p.move(0); err != nil {
 			return err
 		}
 		return ev.Record(x.s)
 	}
-	if err := p.move(0, 0); err != nil {
+	if err := p.move(0); err != nil {
 		return err
 	}
 	if err := ev.Record(x.s); err != nil {
@@ -838,9 +883,9 @@ func (p *pipeline) packed() {
 	p.dmaMu.Lock()
 	defer p.dmaMu.Unlock()
 	for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
-		b := j % len(p.r.bufs)
+		b := p.at[j].b
 		if p.failed() == nil {
-			if err := p.move(j, b); err != nil {
+			if err := p.move(j); err != nil {
 				p.fail(err)
 			} else if err := p.r.evs[b].Record(p.x.s); err != nil {
 				p.fail(err)
