@@ -551,6 +551,9 @@ type pipeline struct {
 	// An upload's DMAs are queued in piece order (see packed).
 	dmaMu   sync.Mutex
 	nextDMA atomic.Int32 // the first piece whose DMA is not queued
+
+	finished atomic.Int32 // pieces whose host copies (and an upload's DMA queueing) are done
+	end      gate         // 1 once every piece is finished
 }
 
 // slot is where a piece is staged: buffer b from byte off. prev is the
@@ -706,7 +709,8 @@ func (p *pipeline) run() error {
 	// machine each time a buffer came free, while a worker that frees a
 	// buffer is running already.
 	p.r.crew.run(p.work)
-	trace("workers-done", -1)
+	p.end.spinUntil(1, taskSpin) // the other workers' last tasks
+	trace("done", -1)
 	return p.failed()
 }
 
@@ -830,6 +834,11 @@ func (p *pipeline) work() {
 		// later piece may now have a free buffer.
 		if p.h2d {
 			p.packed()
+		}
+		if p.finished.Add(1) == int32(len(p.ps)) {
+			// Every piece's finisher got here after its packed call, so
+			// every DMA is queued.
+			p.end.store(1)
 		}
 		p.publishReady()
 	}

@@ -3,8 +3,10 @@ package zerocopy
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -155,21 +157,89 @@ func BenchmarkStagedMin(b *testing.B) {
 }
 
 // BenchmarkStagedWorkers times staged uploads of 64 MiB, 256 MiB and 1 GiB
-// with 8 and 12 host workers, alternated (8, 12, 8, 12) so that a change
-// in the machine's speed shows as disagreement between the rounds.
+// with 8 and 12 host workers (or the counts listed in
+// DLBRIDGE_BENCH_WORKERS, e.g. "4,6,8"), in two rounds, so that a change in
+// the machine's speed shows as disagreement between the rounds.
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedWorkers -test.benchtime 5x
 func BenchmarkStagedWorkers(b *testing.B) {
+	counts := []int{8, 12}
+	if env := os.Getenv("DLBRIDGE_BENCH_WORKERS"); env != "" {
+		counts = counts[:0]
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("DLBRIDGE_BENCH_WORKERS=%q: %q is not a worker count", env, f)
+			}
+			counts = append(counts, n)
+		}
+	}
 	for _, size := range []int64{64 << 20, 256 << 20, 1 << 30} {
 		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
 			d, h := uploadViews(b, size)
-			for round, w := range []int{8, 12, 8, 12} {
-				b.Run(fmt.Sprintf("w%d/round%d", w, round/2+1), func(b *testing.B) {
+			for round, w := range slices.Concat(counts, counts) {
+				b.Run(fmt.Sprintf("w%d/round%d", w, round/len(counts)+1), func(b *testing.B) {
 					c := NewCopier(CopierOptions{Workers: w})
 					defer c.Close()
 					timeStaged(b, c, d, h)
 				})
 			}
+		})
+	}
+}
+
+// BenchmarkDMAUnderLoad times 64 MiB of DMAs from four pinned 8 MiB
+// buffers to the device, back to back on one stream, while 0, 4 or 8
+// goroutines copy between Go buffers: how much the host copies of a
+// staged transfer slow the DMA that reads the staging buffers.
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench DMAUnderLoad -test.benchtime 20x
+func BenchmarkDMAUnderLoad(b *testing.B) {
+	const chunk, n = 8 << 20, 8
+	d, _ := uploadViews(b, chunk*n)
+	dev, err := device(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := dev.defaultStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var bufs [4]*cuda.HostMem
+	for i := range bufs {
+		if bufs[i], err = dev.ctx.MemAllocHost(chunk, 0); err != nil {
+			b.Fatal(err)
+		}
+		defer bufs[i].Free()
+	}
+	for _, load := range []int{0, 4, 8} {
+		b.Run(fmt.Sprintf("load%d", load), func(b *testing.B) {
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			for range load {
+				wg.Go(func() {
+					src, dst := make([]byte, chunk), make([]byte, chunk)
+					for i := range src {
+						src[i] = byte(i)
+					}
+					for !stop.Load() {
+						copy(dst, src)
+					}
+				})
+			}
+			b.SetBytes(chunk * n)
+			for b.Loop() {
+				for i := range n {
+					if err := s.MemcpyHtoDAsync(cuda.DevicePtr(d.Ptr()+uintptr(i*chunk)), bufs[i%4].Bytes()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stop.Store(true)
+			wg.Wait()
 		})
 	}
 }
