@@ -54,28 +54,25 @@ func (c *crew) loop() {
 	}
 }
 
-// run starts job on every worker, runs it on the calling goroutine too and
-// returns when the caller's job returns: the caller then waits for the
-// work to be done by its own means (the pipeline's end). The caller works because its
-// thread is running already: the first task starts while the crew's
-// threads wake. A worker woken late, when nothing is left, then returns
-// from the job on its own instead of holding up the caller (0.1 ms at the
-// end of a 64 MiB upload on the H100 machine), and the next run waits for
-// the last job's workers first. One run at a time: the transfer that holds
-// the ring.
-func (c *crew) run(job func()) {
+// start starts job on every worker and returns; the caller then runs job
+// too, because its thread is running already (the first task starts while
+// the crew's threads wake), and waits for the work to be done by its own
+// means (the pipeline's end). A worker woken late, when nothing is left,
+// returns from the job on its own instead of holding up the caller (0.1
+// ms at the end of a 64 MiB upload on the H100 machine); the next start
+// waits for the last job's workers first. One job at a time: the
+// transfer that holds the ring.
+func (c *crew) start(job func()) {
 	if c.n == 0 {
-		job()
 		return
 	}
 	g := c.gen.load()
 	c.fin.spinUntil(g, taskSpin) // every worker is out of the last job
 	c.job = job
 	c.left.Store(int32(c.n))
-	// Wake one worker, which wakes the others: the caller's thread starts
-	// on the job sooner.
+	// Wake one worker, which wakes the others: the caller's thread goes
+	// on sooner.
 	c.gen.storeWakeOne(g + 1)
-	job()
 }
 
 // close lets the workers end. The crew must be idle.

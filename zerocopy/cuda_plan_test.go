@@ -192,26 +192,41 @@ func TestPlaceStagesAnUploadsQuartersInOneBuffer(t *testing.T) {
 	p := &pipeline{x: &xfer{is: 1}, r: &ring{bufs: make([]*cuda.HostMem, 4), size: chunk}, ps: ps, h2d: true}
 	p.dev.strides = s
 	p.place()
-	q := int64(chunk / 4)
-	want := []slot{
-		{b: 0, off: 0, prev: -1, first: true}, {b: 0, off: q, prev: -1}, {b: 0, off: 2 * q, prev: -1}, {b: 0, off: 3 * q, prev: -1},
-		{b: 1, prev: -1, first: true}, {b: 2, prev: -1, first: true}, {b: 3, prev: -1, first: true},
-		{b: 0, prev: 3, first: true}, {b: 1, prev: 4, first: true}, {b: 2, prev: 5, first: true},
-		{b: 3, off: 0, prev: 6, first: true}, {b: 3, off: q, prev: 6}, {b: 3, off: 2 * q, prev: 6}, {b: 3, off: 3 * q, prev: 6},
+	// Where each piece goes: buffer, offset, the previous use's last
+	// piece, whether it opens a use.
+	type where struct {
+		b     int
+		off   int64
+		prev  int
+		first bool
 	}
-	if diff := cmp.Diff(want, p.at, cmp.AllowUnexported(slot{})); diff != "" {
+	got := func() []where {
+		var w []where
+		for _, sl := range p.at {
+			w = append(w, where{sl.b, sl.off, sl.prev, sl.first})
+		}
+		return w
+	}
+	q := int64(chunk / 4)
+	want := []where{
+		{0, 0, -1, true}, {0, q, -1, false}, {0, 2 * q, -1, false}, {0, 3 * q, -1, false},
+		{1, 0, -1, true}, {2, 0, -1, true}, {3, 0, -1, true},
+		{0, 0, 3, true}, {1, 0, 4, true}, {2, 0, 5, true},
+		{3, 0, 6, true}, {3, q, 6, false}, {3, 2 * q, 6, false}, {3, 3 * q, 6, false},
+	}
+	if diff := cmp.Diff(want, got(), cmp.AllowUnexported(where{})); diff != "" {
 		t.Errorf("upload slots (-want +got):\n%s", diff)
 	}
 
 	p.h2d = false
 	p.place()
-	for i, sl := range p.at {
-		w := slot{b: i % 4, prev: i - 4, first: true}
+	for i, w := range got() {
+		want := where{i % 4, 0, i - 4, true}
 		if i < 4 {
-			w.prev = -1
+			want.prev = -1
 		}
-		if sl != w {
-			t.Errorf("download piece %d: slot %+v, want %+v", i, sl, w)
+		if w != want {
+			t.Errorf("download piece %d: slot %+v, want %+v", i, w, want)
 		}
 	}
 }

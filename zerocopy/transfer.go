@@ -3,6 +3,7 @@ package zerocopy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sort"
@@ -542,6 +543,7 @@ type pipeline struct {
 	first     []int
 	published gate          // tasks [0, published) may be taken
 	claimed   atomic.Uint32 // the next task to claim
+	ntasks    atomic.Int32  // len(all) once the tasks are cut
 
 	// Publishing, by one worker at a time (see publishReady).
 	publishing atomic.Bool
@@ -566,6 +568,9 @@ type slot struct {
 	off   int64
 	prev  int
 	first bool
+
+	strides []int64 // the piece's layout in the buffer: compact, like the device side
+	elem0   int64   // the byte offset of its element [0,...] from off
 }
 
 // place gives each piece its slot. An upload packs consecutive pieces
@@ -586,7 +591,7 @@ func (p *pipeline) place() {
 	}
 	b, fill := -1, p.r.size
 	for i, pc := range p.ps {
-		_, _, n := likeStrides(pc.shape, p.dev.strides)
+		like, off, n := likeStrides(pc.shape, p.dev.strides)
 		n = (n*p.x.is + 255) &^ 255 // pieces start 256-byte aligned
 		if !p.h2d || fill+n > p.r.size {
 			b, fill = (b+1)%k, 0
@@ -594,6 +599,7 @@ func (p *pipeline) place() {
 		} else {
 			p.at[i] = slot{b: b, off: fill, prev: p.at[i-1].prev}
 		}
+		p.at[i].strides, p.at[i].elem0 = like, off*p.x.is
 		fill += n
 		last[b] = i
 	}
@@ -622,9 +628,8 @@ func (p *pipeline) failed() error {
 // stage returns where piece i lives in its buffer: the element [0,...] of
 // a compact layout like the device side, and its strides.
 func (p *pipeline) stage(i int) (uintptr, []int64) {
-	like, off, _ := likeStrides(p.ps[i].shape, p.dev.strides)
-	s := p.at[i]
-	return uintptr(p.r.bufs[s.b].Ptr()) + uintptr(s.off+off*p.x.is), like
+	s := &p.at[i]
+	return uintptr(p.r.bufs[s.b].Ptr()) + uintptr(s.off+s.elem0), s.strides
 }
 
 // move queues the DMA of piece i between its buffer and the device.
@@ -661,9 +666,12 @@ func (p *pipeline) split(i int, emit func(pipeTask)) int {
 		return 1
 	}
 	per := (ext + parts - 1) / parts
+	nd := len(pc.shape)
+	shapes := make([]int64, int(parts)*nd) // the tasks' shapes, one allocation
 	k := 0
 	for start := int64(0); start < ext; start += per {
-		sub := slices.Clone(pc.shape)
+		sub := shapes[k*nd : (k+1)*nd : (k+1)*nd]
+		copy(sub, pc.shape)
 		sub[dim] = min(per, ext-start)
 		emit(pipeTask{i: i, b: b, shape: sub, bstrides: bs,
 			hp: hp + uintptr(start*p.host.strides[dim]*p.x.is),
@@ -686,6 +694,38 @@ func trace(step string, piece int) {
 
 func (p *pipeline) run() error {
 	p.place()
+	p.ntasks.Store(math.MaxInt32) // not known yet: claim waits
+	if len(p.ps) == 1 {
+		if p.build(); len(p.all) == 1 {
+			return p.inline()
+		}
+	}
+	if p.r.crew == nil {
+		// The caller works beside the crew, so Workers goroutines copy
+		// in all.
+		p.r.crew = newCrew(p.x.c.opts.Workers - 1)
+	}
+	// The crew is woken first: its threads come up (tens of microseconds
+	// on the H100 machine) while this one cuts the tasks.
+	p.r.crew.start(p.work)
+	if p.all == nil {
+		p.build()
+	}
+	p.ntasks.Store(int32(len(p.all)))
+	// There is no coordinator: the workers publish the pieces themselves
+	// (publishReady), this goroutine the first ones. A coordinator
+	// goroutine that waited on channels was woken by the Go scheduler,
+	// tens of microseconds late on the H100 machine each time a buffer
+	// came free, while a worker that frees a buffer is running already.
+	p.publishReady()
+	p.work()
+	p.end.spinUntil(1, taskSpin) // the other workers' last tasks
+	trace("done", -1)
+	return p.failed()
+}
+
+// build cuts every piece into its host copy tasks.
+func (p *pipeline) build() {
 	p.left = make([]atomic.Int32, len(p.ps))
 	p.first = make([]int, len(p.ps)+1)
 	for i := range p.ps {
@@ -695,23 +735,6 @@ func (p *pipeline) run() error {
 	}
 	p.first[len(p.ps)] = len(p.all)
 	trace("tasks", -1)
-	if len(p.all) == 1 {
-		return p.inline()
-	}
-	if p.r.crew == nil {
-		// The caller works beside the crew (crew.run), so Workers
-		// goroutines copy in all.
-		p.r.crew = newCrew(p.x.c.opts.Workers - 1)
-	}
-	// There is no coordinator: the workers publish the pieces themselves
-	// (publishReady). A coordinator goroutine that waited on channels was
-	// woken by the Go scheduler, tens of microseconds late on the H100
-	// machine each time a buffer came free, while a worker that frees a
-	// buffer is running already.
-	p.r.crew.run(p.work)
-	p.end.spinUntil(1, taskSpin) // the other workers' last tasks
-	trace("done", -1)
-	return p.failed()
 }
 
 // ready reports whether piece i's buffer is free of the host work of the
@@ -803,7 +826,6 @@ func (p *pipeline) inline() error {
 // an error the remaining tasks are skipped.
 func (p *pipeline) work() {
 	x := p.x
-	p.publishReady()
 	for {
 		j, ok := p.claim()
 		if !ok {
@@ -855,14 +877,16 @@ func (p *pipeline) claim() (uint32, bool) {
 	var polled time.Time
 	for n := 0; ; n++ {
 		j := p.claimed.Load()
-		if int(j) >= len(p.all) {
-			return 0, false
-		}
 		if pub := p.published.load(); j < pub {
 			if p.claimed.CompareAndSwap(j, j+1) {
 				return j, true
 			}
 			continue
+		}
+		// Read after published: the tasks are cut before the first is
+		// published, and a worker may start before that.
+		if int64(j) >= int64(p.ntasks.Load()) {
+			return 0, false
 		}
 		if n%64 == 0 { // a clock read every 64 polls
 			if polled.IsZero() {
