@@ -498,16 +498,18 @@ func (x *xfer) staged() error {
 		p.host, p.dev = x.dst, x.src
 	}
 	chunk := min(r.size, x.c.ringSize(x.bytes()))
-	p.ps = ramp(pieces(x.shape, p.host.strides, p.dev.strides, x.is, chunk), p.host.strides, p.dev.strides, x.is, chunk)
+	p.ps = ramp(pieces(x.shape, p.host.strides, p.dev.strides, x.is, chunk), p.host.strides, p.dev.strides, x.is, chunk,
+		!p.h2d || quarterLastUpload)
 	return p.run()
 }
 
-// ramp cuts the first and the last of several pieces into quarters. The
-// first DMA then starts after a quarter of a buffer is packed instead of a
-// whole one (BenchmarkStagedTimeline shows when it starts), and after the
-// last host copy only a quarter buffer's DMA is left to wait for (for a
-// download: the first host copy starts sooner, the last is shorter).
-func ramp(ps []piece, hs, ds []int64, is, chunk int64) []piece {
+// ramp cuts the first of several pieces into quarters, and the last too
+// when last is set. The first DMA then starts after a quarter of a buffer
+// is packed instead of a whole one (BenchmarkStagedTimeline shows when it
+// starts), and after the last host copy only a quarter buffer's DMA is
+// left to wait for (for a download: the first host copy starts sooner,
+// the last is shorter).
+func ramp(ps []piece, hs, ds []int64, is, chunk int64, last bool) []piece {
 	if len(ps) < 2 || chunk < 4*minPart {
 		return ps
 	}
@@ -520,9 +522,16 @@ func ramp(ps []piece, hs, ds []int64, is, chunk int64) []piece {
 		return q
 	}
 	out := quarters(ps[0])
+	if !last {
+		return append(out, ps[1:]...)
+	}
 	out = append(out, ps[1:len(ps)-1]...)
 	return append(out, quarters(ps[len(ps)-1])...)
 }
+
+// quarterLastUpload: whether ramp quarters an upload's last piece too
+// (BenchmarkStagedEndQuarters compares).
+var quarterLastUpload = true
 
 // pipeline is one staged transfer in progress.
 type pipeline struct {

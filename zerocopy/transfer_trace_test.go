@@ -188,10 +188,32 @@ func BenchmarkStagedWorkers(b *testing.B) {
 	}
 }
 
-// BenchmarkDMAUnderLoad times 64 MiB of DMAs from four pinned 8 MiB
-// buffers to the device, back to back on one stream, while 0, 4 or 8
-// goroutines copy between Go buffers: how much the host copies of a
-// staged transfer slow the DMA that reads the staging buffers.
+// BenchmarkStagedEndQuarters times staged uploads of 64 and 256 MiB with
+// the last piece quartered (as the first) and whole, alternated.
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedEndQuarters -test.benchtime 10x
+func BenchmarkStagedEndQuarters(b *testing.B) {
+	defer func(q bool) { quarterLastUpload = q }(quarterLastUpload)
+	for _, size := range []int64{64 << 20, 256 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			d, h := uploadViews(b, size)
+			c := NewCopier(CopierOptions{})
+			defer c.Close()
+			for round, q := range []bool{true, false, true, false, true, false} {
+				b.Run(fmt.Sprintf("quarter%v/round%d", q, round/2+1), func(b *testing.B) {
+					quarterLastUpload = q
+					timeStaged(b, c, d, h)
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkDMAUnderLoad times 64 MiB of DMAs of 8 MiB (or 2 MiB: the
+// size of ramp's quarters) from four pinned buffers to the device, back
+// to back on one stream, while 0, 4 or 8 goroutines copy between Go
+// buffers: how much the host copies of a staged transfer slow the DMA
+// that reads the staging buffers, and what a smaller DMA costs.
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench DMAUnderLoad -test.benchtime 20x
 func BenchmarkDMAUnderLoad(b *testing.B) {
@@ -212,8 +234,9 @@ func BenchmarkDMAUnderLoad(b *testing.B) {
 		}
 		defer bufs[i].Free()
 	}
-	for _, load := range []int{0, 4, 8} {
-		b.Run(fmt.Sprintf("load%d", load), func(b *testing.B) {
+	for _, c := range []struct{ dma, load int }{{chunk, 0}, {chunk / 4, 0}, {chunk, 4}, {chunk / 4, 4}, {chunk, 8}, {chunk / 4, 8}} {
+		load := c.load
+		b.Run(fmt.Sprintf("dma%dMiB/load%d", c.dma>>20, load), func(b *testing.B) {
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			for range load {
@@ -229,8 +252,8 @@ func BenchmarkDMAUnderLoad(b *testing.B) {
 			}
 			b.SetBytes(chunk * n)
 			for b.Loop() {
-				for i := range n {
-					if err := s.MemcpyHtoDAsync(cuda.DevicePtr(d.Ptr()+uintptr(i*chunk)), bufs[i%4].Bytes()); err != nil {
+				for i := range chunk * n / c.dma {
+					if err := s.MemcpyHtoDAsync(cuda.DevicePtr(d.Ptr()+uintptr(i*c.dma)), bufs[i%4].Bytes()[:c.dma]); err != nil {
 						b.Fatal(err)
 					}
 				}
