@@ -135,17 +135,25 @@ class _PyTensorBase:
         return self._dev
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        global _checked_version
         h = self._handle()
         versioned = 0
         if max_version is not None:
             mv = max_version
-            # C.pair's common case written out: this runs on every export.
-            if not (type(mv) is tuple and len(mv) == 2 and type(mv[0]) is int and type(mv[1]) is int
-                    and 0 <= mv[0] <= _U32_MAX and 0 <= mv[1] <= _U32_MAX):
-                mv = C.pair(mv, "max_version", C.UINT32)
+            # Consumers pass the same constant tuple every time (a literal
+            # in their code): the one checked last is not checked again.
+            if mv is not _checked_version:
+                # C.pair's common case written out: this runs on every export.
+                if (type(mv) is tuple and len(mv) == 2 and type(mv[0]) is int and type(mv[1]) is int
+                        and 0 <= mv[0] <= _U32_MAX and 0 <= mv[1] <= _U32_MAX):
+                    _checked_version = mv
+                else:
+                    mv = C.pair(mv, "max_version", C.UINT32)
             versioned = 1 if mv[0] >= 1 else 0
         if stream is None:
             has_stream = s = 0
+        elif type(stream) is int and _INT64_MIN <= stream <= _INT64_MAX:
+            has_stream, s = 1, stream  # C.integer's common case, without its two calls
         else:
             has_stream, s = 1, C.integer(stream, "stream")
         if dl_device is None:
@@ -168,6 +176,17 @@ class _PyTensorBase:
 
 _I32_MIN, _I32_MAX = C.INT32[1:]
 _U32_MAX = C.UINT32[2]
+
+# The last max_version tuple __dlpack__ checked, and the last exact-int
+# __dlpack_device__() pair from_dlpack checked (dlbridge's own tensors return
+# the same tuple every time): tuples of ints cannot change, so the same
+# object passes again without its checks. Only checked objects are stored.
+_checked_version = None
+_checked_device = None
+# The types __dlpack_device__() pairs hold that pass as plain integers: int,
+# and the int subclasses (not bool) C.pair has accepted, such as PyTorch's
+# DLDeviceType IntEnum, learned once so that their pairs skip C.pair.
+_int_types = {int}
 
 _core = _lib.core
 if _core is not None:
@@ -778,11 +797,16 @@ def _take_capsule(cap, producer=None, pending=None):
     the CUDA stream its writes are ordered before, if not our work stream."""
     if _core is not None:
         return _core_take(Tensor, cap, producer, pending)
-    if not isinstance(cap, CapsuleType):
+    try:
+        # CPython checks the type itself: anything but a capsule is a
+        # ValueError here, so the common case pays for no check of its own.
+        name = _lib.PyCapsule_GetName(cap)
+    except ValueError:
+        if isinstance(cap, CapsuleType):
+            raise
         raise TypeError("dlbridge: %s.__dlpack__() returned %s, not a PyCapsule"
                         % (type(producer).__name__, type(cap).__name__) if producer is not None else
-                        "dlbridge: expected a DLPack capsule (PyCapsule), got %s" % type(cap).__name__)
-    name = _lib.PyCapsule_GetName(cap)
+                        "dlbridge: expected a DLPack capsule (PyCapsule), got %s" % type(cap).__name__) from None
     if name == b"dltensor_versioned":
         versioned = 1
     elif name == b"dltensor":
@@ -852,17 +876,28 @@ def _describe_producer(tp, exchange=True):
 _stream_probes = {}
 
 
-def _producer_stream(tp, device_id):
-    """The current stream of a producer of type tp on cuda:device_id where
-    _describe_producer gives a stream probe for tp, else None."""
-    probe = _stream_probes.get(tp, False)
-    if probe is False:
-        kind = _describe_producer(tp, exchange=False)
-        probe = kind if callable(kind) else None
-        if len(_stream_probes) < 64:
-            _stream_probes[tp] = probe
-    s = probe(device_id) if probe is not None else None
-    return s if s else None
+def _stream_probe(tp):
+    """The stream probe of producer type tp where _describe_producer gives
+    one (probe(device_id) -> the producer's current stream on cuda:device_id,
+    or None), else None; remembered per type in _stream_probes, which
+    from_dlpack reads first."""
+    kind = _describe_producer(tp, exchange=False)
+    probe = kind if callable(kind) else None
+    if len(_stream_probes) < 64:
+        _stream_probes[tp] = probe
+    return probe
+
+
+def _check_device_pair(obj, src):
+    """from_dlpack's check of a __dlpack_device__() pair that is not two
+    exact ints in range: C.pair converts it or explains what is wrong. An
+    int subclass it takes (an IntEnum member) is remembered in _int_types."""
+    src_checked = C.pair(src, "%s.__dlpack_device__()" % type(obj).__name__, C.INT32)
+    if len(_int_types) < 16:
+        for e in src:
+            if isinstance(e, int) and type(e) is not bool:
+                _int_types.add(type(e))
+    return src_checked
 
 
 def _cupy_stream_probe():
@@ -918,6 +953,7 @@ def from_dlpack(obj, *, device=None, copy=None):
     """A dlbridge.Tensor from any __dlpack__ producer or a DLPack capsule,
     zero-copy unless a copy is asked for (copy=True) or needed (device
     differs). copy=False makes a needed copy a BufferError."""
+    global _checked_device
     if _core is not None and device is None and copy is None:
         # The common case in one C call (_core.c's from_dlpack: capsules,
         # DLPack 1.3's C exchange API of PyTorch 2.11 and dlbridge, and
@@ -936,19 +972,34 @@ def from_dlpack(obj, *, device=None, copy=None):
                 "dlbridge.from_dlpack: %s has no __dlpack__ method and is not a DLPack capsule"
                 % type(obj).__name__)
         src = obj.__dlpack_device__()
-        # C.pair's common case written out (and the field named only on
-        # error): this runs on every import.
-        if not (type(src) is tuple and len(src) == 2 and type(src[0]) is int and type(src[1]) is int
-                and _I32_MIN <= src[0] <= _I32_MAX and _I32_MIN <= src[1] <= _I32_MAX):
-            src = C.pair(src, "%s.__dlpack_device__()" % type(obj).__name__, C.INT32)
+        if src is not _checked_device:
+            # C.pair's common case written out (and the field named only on
+            # error): this runs on every import.
+            if type(src) is tuple and len(src) == 2:
+                dt, di = src
+                tt, ti = type(dt), type(di)
+                if (tt in _int_types and ti in _int_types
+                        and _I32_MIN <= dt <= _I32_MAX and _I32_MIN <= di <= _I32_MAX):
+                    if tt is int and ti is int:
+                        _checked_device = src
+                    else:
+                        src = (int(dt), int(di))  # IntEnum members, as C.pair makes them
+                else:
+                    src = _check_device_pair(obj, src)
+            else:
+                src = _check_device_pair(obj, src)
         stream = pending = None
         if src[0] == CUDA:
             # As _core.c's consumer_stream: the producer's own current
             # stream where a probe names it (no event), else our work stream.
             if want is None or want == src:
-                stream = pending = _producer_stream(type(obj), src[1])
+                probe = _stream_probes.get(type(obj), False)
+                if probe is False:
+                    probe = _stream_probe(type(obj))
+                if probe is not None:
+                    stream = pending = probe(src[1]) or None
             if stream is None:
-                stream = _work_stream(src[1])
+                stream = _work_streams.get(src[1]) or _work_stream(src[1])
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
             kwargs["dl_device"] = want
