@@ -138,7 +138,7 @@ func TestRampCutsTheFirstAndLastPiecesIntoQuarters(t *testing.T) {
 	// the last cut into 4 of 8 rows.
 	const rows, cols, chunk = 96, 16 << 10, 2 << 20 // float32: a row is 64 KiB
 	hs, ds := []int64{1, rows}, []int64{cols, 1}
-	ps := ramp(pieces([]int64{rows, cols}, hs, ds, 4, chunk), hs, ds, 4, chunk, true)
+	ps := ramp(pieces([]int64{rows, cols}, hs, ds, 4, chunk), hs, ds, 4, chunk)
 	if len(ps) != 4+1+4 {
 		t.Fatalf("%d pieces, want 9: %+v", len(ps), ps)
 	}
@@ -173,13 +173,9 @@ func TestRampCutsTheFirstAndLastPiecesIntoQuarters(t *testing.T) {
 			t.Errorf("ramp piece %d = %+v, want %d rows at row %d", i, p, n, row)
 		}
 	}
-	// Without last, only the first piece is quartered.
-	if ps := ramp(pieces([]int64{rows, cols}, hs, ds, 4, chunk), hs, ds, 4, chunk, false); len(ps) != 4+2 || ps[5].shape[0] != 32 || ps[5].doff != 64*ds[0] {
-		t.Errorf("ramp without last: %+v, want 4 quarters and 2 whole pieces", ps)
-	}
 	// One piece, or pieces too small to quarter: unchanged.
 	one := pieces([]int64{100}, []int64{1}, []int64{1}, 4, chunk)
-	if got := ramp(one, []int64{1}, []int64{1}, 4, chunk, true); len(got) != 1 {
+	if got := ramp(one, []int64{1}, []int64{1}, 4, chunk); len(got) != 1 {
 		t.Errorf("a one-piece transfer was cut: %+v", got)
 	}
 }
@@ -192,7 +188,7 @@ func TestRampCutsTheFirstAndLastPiecesIntoQuarters(t *testing.T) {
 func TestPlaceStagesAnUploadsQuartersInOneBuffer(t *testing.T) {
 	const size, chunk = 8 << 20, 1 << 20
 	s := []int64{1}
-	ps := ramp(pieces([]int64{size}, s, s, 1, chunk), s, s, 1, chunk, true)
+	ps := ramp(pieces([]int64{size}, s, s, 1, chunk), s, s, 1, chunk)
 	p := &pipeline{x: &xfer{is: 1}, r: &ring{bufs: make([]*cuda.HostMem, 4), size: chunk}, ps: ps, h2d: true}
 	p.dev.strides = s
 	p.place()

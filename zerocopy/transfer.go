@@ -498,18 +498,20 @@ func (x *xfer) staged() error {
 		p.host, p.dev = x.dst, x.src
 	}
 	chunk := min(r.size, x.c.ringSize(x.bytes()))
-	p.ps = ramp(pieces(x.shape, p.host.strides, p.dev.strides, x.is, chunk), p.host.strides, p.dev.strides, x.is, chunk,
-		!p.h2d || quarterLastUpload)
+	p.ps = ramp(pieces(x.shape, p.host.strides, p.dev.strides, x.is, chunk), p.host.strides, p.dev.strides, x.is, chunk)
 	return p.run()
 }
 
-// ramp cuts the first of several pieces into quarters, and the last too
-// when last is set. The first DMA then starts after a quarter of a buffer
-// is packed instead of a whole one (BenchmarkStagedTimeline shows when it
-// starts), and after the last host copy only a quarter buffer's DMA is
-// left to wait for (for a download: the first host copy starts sooner,
-// the last is shorter).
-func ramp(ps []piece, hs, ds []int64, is, chunk int64, last bool) []piece {
+// ramp cuts the first and the last of several pieces into quarters. The
+// first DMA then starts after a quarter of a buffer is packed instead of a
+// whole one (BenchmarkStagedTimeline shows when it starts), and after the
+// last host copy only a quarter buffer's DMA is left to wait for (for a
+// download: the first host copy starts sooner, the last is shorter). The
+// quarters' DMAs cost a little (2 MiB DMAs ran at 48-50 GB/s against 53
+// for 8 MiB ones, BenchmarkDMAUnderLoad), and a whole last piece measured
+// the same as a quartered one (34-38 GB/s at 64 MiB, 36-39 at 256 MiB,
+// c92305a's BenchmarkStagedEndQuarters, bench/results/h100-2026-11-23-session6).
+func ramp(ps []piece, hs, ds []int64, is, chunk int64) []piece {
 	if len(ps) < 2 || chunk < 4*minPart {
 		return ps
 	}
@@ -522,16 +524,9 @@ func ramp(ps []piece, hs, ds []int64, is, chunk int64, last bool) []piece {
 		return q
 	}
 	out := quarters(ps[0])
-	if !last {
-		return append(out, ps[1:]...)
-	}
 	out = append(out, ps[1:len(ps)-1]...)
 	return append(out, quarters(ps[len(ps)-1])...)
 }
-
-// quarterLastUpload: whether ramp quarters an upload's last piece too
-// (BenchmarkStagedEndQuarters compares).
-var quarterLastUpload = true
 
 // pipeline is one staged transfer in progress.
 type pipeline struct {
@@ -559,12 +554,14 @@ type pipeline struct {
 	recheck    atomic.Bool  // a piece may have become ready since the publisher looked
 	nextPub    atomic.Int32 // the first piece not published
 
-	// An upload's DMAs are queued in piece order (see packed).
-	dmaMu   sync.Mutex
-	nextDMA atomic.Int32 // the first piece whose DMA is not queued
+	// An upload's DMAs are queued in piece order, by one worker at a time
+	// (see packed).
+	queuing    atomic.Bool
+	requeue    atomic.Bool  // a piece may have been packed since the queuer looked
+	nextDMA    atomic.Int32 // the first piece whose DMA is not queued
+	downloaded atomic.Int32 // a download's pieces whose host copies are done
 
-	finished atomic.Int32 // pieces whose host copies (and an upload's DMA queueing) are done
-	end      gate         // 1 once every piece is finished
+	end gate // 1 once every host copy is done (and, for an upload, every DMA queued)
 }
 
 // slot is where a piece is staged: buffer b from byte off. prev is the
@@ -865,10 +862,7 @@ func (p *pipeline) work() {
 		// later piece may now have a free buffer.
 		if p.h2d {
 			p.packed()
-		}
-		if p.finished.Add(1) == int32(len(p.ps)) {
-			// Every piece's finisher got here after its packed call, so
-			// every DMA is queued.
+		} else if p.downloaded.Add(1) == int32(len(p.ps)) {
 			p.end.store(1)
 		}
 		p.publishReady()
@@ -921,20 +915,35 @@ const taskSpin = 200 * time.Microsecond
 // waiting for it, until all of them were done. BenchmarkStagedTimeline
 // showed it on the H100: pieces 5, 6, 7 and then 4 queued, so the next
 // piece's copies waited 1.1 ms with the host idle.
+//
+// One worker queues at a time; one that finds another queuing leaves a
+// note (requeue) that the queuer reads after it lets go, as publishReady
+// does. A mutex here parked a waiting worker in the Go scheduler, and the
+// caller's goroutine, locked to its thread in a call from C (Python), then
+// handed its P away and had to win one back.
 func (p *pipeline) packed() {
-	p.dmaMu.Lock()
-	defer p.dmaMu.Unlock()
-	for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
-		b := p.at[j].b
-		if p.failed() == nil {
-			if err := p.move(j); err != nil {
-				p.fail(err)
-			} else if err := p.r.evs[b].Record(p.x.s); err != nil {
-				p.fail(err)
-			}
-			trace("dma-queued", j)
+	p.requeue.Store(true)
+	for p.requeue.Load() {
+		if p.queuing.Load() || !p.queuing.CompareAndSwap(false, true) {
+			return // the queuer will see requeue
 		}
-		p.nextDMA.Store(int32(j + 1))
+		p.requeue.Store(false)
+		for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
+			b := p.at[j].b
+			if p.failed() == nil {
+				if err := p.move(j); err != nil {
+					p.fail(err)
+				} else if err := p.r.evs[b].Record(p.x.s); err != nil {
+					p.fail(err)
+				}
+				trace("dma-queued", j)
+			}
+			p.nextDMA.Store(int32(j + 1))
+			if j == len(p.ps)-1 {
+				p.end.store(1)
+			}
+		}
+		p.queuing.Store(false)
 	}
 }
 

@@ -188,27 +188,6 @@ func BenchmarkStagedWorkers(b *testing.B) {
 	}
 }
 
-// BenchmarkStagedEndQuarters times staged uploads of 64 and 256 MiB with
-// the last piece quartered (as the first) and whole, alternated.
-//
-//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench StagedEndQuarters -test.benchtime 10x
-func BenchmarkStagedEndQuarters(b *testing.B) {
-	defer func(q bool) { quarterLastUpload = q }(quarterLastUpload)
-	for _, size := range []int64{64 << 20, 256 << 20} {
-		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
-			d, h := uploadViews(b, size)
-			c := NewCopier(CopierOptions{})
-			defer c.Close()
-			for round, q := range []bool{true, false, true, false, true, false} {
-				b.Run(fmt.Sprintf("quarter%v/round%d", q, round/2+1), func(b *testing.B) {
-					quarterLastUpload = q
-					timeStaged(b, c, d, h)
-				})
-			}
-		})
-	}
-}
-
 // BenchmarkDMAUnderLoad times 64 MiB of DMAs of 8 MiB (or 2 MiB: the
 // size of ramp's quarters) from four pinned buffers to the device, back
 // to back on one stream, while 0, 4 or 8 goroutines copy between Go
