@@ -193,7 +193,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--max-mib", type=int, default=1024, help="largest transfer in MiB (default 1024)")
     ap.add_argument("--reps", type=int, default=5, help="timed calls per cell (default 5)")
+    ap.add_argument("--min-mib", type=int, default=0, help="smallest transfer in MiB (default: 4 KiB)")
+    ap.add_argument("--only", default="", help="comma-separated directions to run (e.g. peer,peer-into; default all)")
     args = ap.parse_args()
+    only = {d.strip() for d in args.only.split(",") if d.strip()}
+    known = ("h2d", "h2d-into", "d2h", "d2h-into", "d2d", "peer", "peer-into")
+    if only - set(known):
+        ap.error("--only: unknown direction(s) %s (known: %s)" % (", ".join(sorted(only - set(known))), ", ".join(known)))
     if not dlbridge.cuda_available():
         print("bench_transfer: no CUDA device")
         return 0
@@ -211,11 +217,14 @@ def main():
     print("GB/s, best of %d (1 GB = 1e9 bytes); ratio = dlbridge / best peer" % args.reps)
     results = {}  # (direction, size) -> {lib: (gbps, ok)}
     wrong = 0
+    sizes = [s for s in sizes if s >= args.min_mib << 20]
     for size in sizes:
         n = size // 4
         a = np.arange(n, dtype=np.float32)
         table = cases(n, a, devices)
         for direction, libs in table.items():
+            if only and direction not in only:
+                continue
             row = results.setdefault((direction, size), {})
             for lib, (fn, check) in libs.items():
                 try:
