@@ -50,10 +50,40 @@ func (d Device) PrimaryContext() (*Context, error) {
 		return nil, newError("cuDevicePrimaryCtxRetain", r, d.String())
 	}
 	c := &Context{h: h, dev: d}
+	if d.Ordinal() == 0 {
+		setKeepCtx(h)
+	}
 	live.Lock()
 	live.ctxs = append(live.ctxs, c)
 	live.Unlock()
 	return c, nil
+}
+
+// keepCtx: a call that makes one of our contexts current on a thread that
+// had none (a Go thread, or a Python thread before PyTorch or CuPy touched
+// CUDA) leaves it current afterwards only if it is device 0's primary
+// context, the one the CUDA runtime would take there by default. Any other
+// is taken off again: left current, device 1's context made device 1 the
+// default of every library initialised on that thread afterwards (pytest
+// on two H200s: torch.cuda.Stream() and torch's "cuda" tensors went to
+// cuda:1). The kept one saves the next call on that thread a context switch.
+
+// wrongContext reports whether result r of an _auto call made direct may
+// be the driver's answer to a call made in another context than ctx (its
+// stream's or event's), or in none: the call is then made again with ctx
+// current. CUDA_ERROR_INVALID_CONTEXT always is; the real driver answers
+// CUDA_ERROR_INVALID_VALUE to cuMemcpyHtoDAsync on a stream of device 0
+// while device 1's context is current (pytest on two H200s), so that and
+// CUDA_ERROR_INVALID_HANDLE are when another context is current.
+func wrongContext(ctx uintptr, r Result) bool {
+	if r == ErrInvalidContext {
+		return true
+	}
+	if r != ErrInvalidValue && r != ErrInvalidHandle {
+		return false
+	}
+	cur, rc := cuCtxGetCurrent()
+	return rc == Success && uintptr(cur) != ctx
 }
 
 // Retain is shorthand for GetDevice(ordinal) then PrimaryContext.

@@ -2,10 +2,14 @@
 
 package cuda
 
+import "sync/atomic"
+
 // enterCtx makes ctx current on the calling OS thread, which the caller has
-// locked. It returns the context to restore in leaveCtx: a foreign context
-// that was current, or 0 when the thread had none (ours then stays, so the
-// next call on this thread finds it and pays one cuCtxGetCurrent only).
+// locked. It returns what to undo in leaveCtx: a foreign context that was
+// current; noCtx when the thread had none and ctx is not the one kept
+// (keepCtx); 0 when there is nothing to undo (ctx was current, or it is
+// the kept one, which then stays, so the next call on this thread finds it
+// and pays one cuCtxGetCurrent only).
 func enterCtx(ctx uintptr) (prev uintptr, r Result) {
 	c, r := cuCtxGetCurrent()
 	if r != Success {
@@ -18,12 +22,28 @@ func enterCtx(ctx uintptr) (prev uintptr, r Result) {
 	if r = cuCtxSetCurrent(ctx); r != Success {
 		return 0, r
 	}
+	if cur == 0 && ctx != keep.Load() {
+		return noCtx, Success
+	}
 	return cur, Success
 }
 
-// leaveCtx restores the foreign context enterCtx displaced, if any.
+// noCtx as enterCtx's prev: the thread had no context, take ours off.
+const noCtx = 1
+
+// leaveCtx undoes what enterCtx did, as its prev says.
 func leaveCtx(prev uintptr) {
-	if prev != 0 {
+	switch prev {
+	case 0:
+	case noCtx:
+		cuCtxSetCurrent(0)
+	default:
 		cuCtxSetCurrent(prev)
 	}
 }
+
+var keep atomic.Uintptr
+
+// setKeepCtx names the context that may stay current on a thread that had
+// none (see keepCtx).
+func setKeepCtx(ctx uintptr) { keep.Store(ctx) }

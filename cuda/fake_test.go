@@ -223,6 +223,87 @@ func TestStrictContextFallback(t *testing.T) {
 	must(t, s.Synchronize())
 }
 
+// TestContextOfAnotherDevice: a stream call made while another device's
+// context is current is made again in the stream's own context (the real
+// driver answers CUDA_ERROR_INVALID_VALUE there, and so does the fake in
+// strict mode), and the other context is current again afterwards. From a
+// thread with no context, a call on device 1 leaves none current, so that
+// libraries initialised later on that thread keep device 0 as their
+// default; device 0's primary context stays (keepCtx).
+func TestContextOfAnotherDevice(t *testing.T) {
+	f := needFake(t)
+	c0, c1 := retain(t, 0), retain(t, 1)
+	s1, err := c1.NewStream(0, 0)
+	must(t, err)
+	defer s1.Destroy()
+	e1, err := c1.NewEvent(0)
+	must(t, err)
+	defer e1.Destroy()
+	s0, err := c0.NewStream(0, 0)
+	must(t, err)
+	defer s0.Destroy()
+	e0, err := c0.NewEvent(0)
+	must(t, err)
+	defer e0.Destroy()
+	p, err := c1.MemAlloc(64)
+	must(t, err)
+	defer c1.MemFree(p)
+	f.Strict(t, true)
+
+	current := func() uintptr {
+		h, err := CurrentContext()
+		if err != nil {
+			t.Errorf("CurrentContext: %v", err)
+		}
+		return h
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+
+		// Device 0's context current (as PyTorch leaves it), work on device 1.
+		restore, err := c0.SetCurrent()
+		if err != nil {
+			t.Errorf("SetCurrent: %v", err)
+			return
+		}
+		defer restore()
+		f.ResetCalls()
+		if err := s1.MemcpyHtoDAsync(p, make([]byte, 64)); err != nil {
+			t.Errorf("MemcpyHtoDAsync on device 1 with device 0 current: %v", err)
+		}
+		if n := f.Calls("cuMemcpyHtoDAsync_v2"); n != 2 {
+			t.Errorf("cuMemcpyHtoDAsync_v2 calls = %d, want 2 (refused, then made in the stream's context)", n)
+		}
+		if err := e1.Record(s1); err != nil {
+			t.Errorf("Record on device 1 with device 0 current: %v", err)
+		}
+		if got := current(); got != c0.Handle() {
+			t.Errorf("current context after device 1's calls = %#x, want device 0's %#x", got, c0.Handle())
+		}
+
+		// No context current: device 1's is taken off again, device 0's stays.
+		f.ClearCurrent()
+		if err := e1.Record(s1); err != nil {
+			t.Errorf("Record on device 1 from a thread with no context: %v", err)
+		}
+		if got := current(); got != 0 {
+			t.Errorf("current context after a call on device 1 from a thread with none = %#x, want none", got)
+		}
+		if err := e0.Record(s0); err != nil {
+			t.Errorf("Record on device 0 from a thread with no context: %v", err)
+		}
+		if got := current(); got != c0.Handle() {
+			t.Errorf("current context after a call on device 0 = %#x, want device 0's %#x (kept)", got, c0.Handle())
+		}
+	}()
+	<-done
+	must(t, s1.Synchronize())
+	must(t, s0.Synchronize())
+}
+
 // TestCopyLayout compares the Go mirrors of CUDA_MEMCPY2D/3D with the C
 // compiler's layout of the same declarations (in the fake), field by field.
 func TestCopyLayout(t *testing.T) {

@@ -14,7 +14,8 @@
 //	                                   (restoring a foreign context afterwards)
 //	X_auto(ctx, direct, args) Result   direct first when direct is true, and
 //	                                   with ctx only if the driver answered
-//	                                   CUDA_ERROR_INVALID_CONTEXT
+//	                                   as it does to a call made in another
+//	                                   context or none (wrongContext)
 //
 // Run with `go generate ./cuda/` after editing the table below.
 package main
@@ -323,9 +324,9 @@ func writePurego() {
 		fmt.Fprintf(&b, "func %s_auto(%s) %s {\n", e.name, prefixed("ctx uintptr, direct bool", sg.goParams()), sg.goResults())
 		outs := strings.Join(sg.outVars(), ", ")
 		if sg.nouts == 0 {
-			fmt.Fprintf(&b, "\tif direct {\n\t\tif r := %s(%s); r != ErrInvalidContext {\n\t\t\treturn r\n\t\t}\n\t}\n", e.name, sg.goNames())
+			fmt.Fprintf(&b, "\tif direct {\n\t\tif r := %s(%s); !wrongContext(ctx, r) {\n\t\t\treturn r\n\t\t}\n\t}\n", e.name, sg.goNames())
 		} else {
-			fmt.Fprintf(&b, "\tif direct {\n\t\tif %s, r := %s(%s); r != ErrInvalidContext {\n\t\t\treturn %s, r\n\t\t}\n\t}\n", outs, e.name, sg.goNames(), outs)
+			fmt.Fprintf(&b, "\tif direct {\n\t\tif %s, r := %s(%s); !wrongContext(ctx, r) {\n\t\t\treturn %s, r\n\t\t}\n\t}\n", outs, e.name, sg.goNames(), outs)
 		}
 		_ = zeros
 		fmt.Fprintf(&b, "\treturn %s_ctx(%s)\n}\n\n", e.name, prefixed("ctx", sg.goNames()))
@@ -356,9 +357,19 @@ func writeCgo() {
 typedef int (*dlb_getcur_fn)(void**);
 typedef int (*dlb_setcur_fn)(void*);
 
-// dlb_enter makes ctx current on this OS thread. *prev receives the context
-// to restore afterwards: a foreign context that was current, or NULL when
-// the thread had none (ours then stays, so the next call finds it there).
+// dlb_keep is the context that may stay current on a thread that had none
+// (see keepCtx in context.go): device 0's primary context.
+static uintptr_t dlb_keep;
+static void dlb_set_keep(uintptr_t ctx) { __atomic_store_n(&dlb_keep, ctx, __ATOMIC_RELAXED); }
+
+// DLB_NONE as *prev: the thread had no context, take ours off again.
+#define DLB_NONE ((void*)1)
+
+// dlb_enter makes ctx current on this OS thread. *prev receives what to
+// restore afterwards: a foreign context that was current; DLB_NONE when the
+// thread had none and ctx is not dlb_keep; NULL when there is nothing to
+// undo (ctx was current, or it is dlb_keep, which then stays so that the
+// next call finds it there).
 static int dlb_enter(uintptr_t getcur, uintptr_t setcur, uintptr_t ctx, void** prev) {
 	void* cur = 0;
 	int r = ((dlb_getcur_fn)getcur)(&cur);
@@ -366,12 +377,23 @@ static int dlb_enter(uintptr_t getcur, uintptr_t setcur, uintptr_t ctx, void** p
 	if (r != 0) return r;
 	if (cur == (void*)ctx) return 0;
 	r = ((dlb_setcur_fn)setcur)((void*)ctx);
-	if (r == 0) *prev = cur;
+	if (r == 0) *prev = cur ? cur : (ctx == __atomic_load_n(&dlb_keep, __ATOMIC_RELAXED) ? 0 : DLB_NONE);
 	return r;
 }
 
 static void dlb_leave(uintptr_t setcur, void* prev) {
-	if (prev) ((dlb_setcur_fn)setcur)(prev);
+	if (prev == DLB_NONE) ((dlb_setcur_fn)setcur)(0);
+	else if (prev) ((dlb_setcur_fn)setcur)(prev);
+}
+
+// dlb_wrong_context: whether result r of a call made direct may be the
+// driver's answer to a call made in another context than its stream's or
+// event's (see wrongContext in context.go).
+static int dlb_wrong_context(uintptr_t getcur, uintptr_t ctx, int r) {
+	void* cur = 0;
+	if (r == 201) return 1;
+	if (r != 1 && r != 400) return 0;
+	return ((dlb_getcur_fn)getcur)(&cur) == 0 && cur != (void*)ctx;
 }
 
 // Calls with output parameters return them with the result: the outputs
@@ -448,9 +470,9 @@ typedef struct { int r; unsigned long long o0, o1; } dlb_ret;
 		fmt.Fprintf(&b, "static %s dlb_%s_auto(%s) {\n\tif (direct) {\n", rt, e.name,
 			prefixed("uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn", params))
 		if sg.nouts == 0 {
-			fmt.Fprintf(&b, "\t\tint r = dlb_%s(%s);\n\t\tif (r != 201) return r;\n", e.name, prefixed("fn", names))
+			fmt.Fprintf(&b, "\t\tint r = dlb_%s(%s);\n\t\tif (!dlb_wrong_context(gc, ctx, r)) return r;\n", e.name, prefixed("fn", names))
 		} else {
-			fmt.Fprintf(&b, "\t\tdlb_ret res = dlb_%s(%s);\n\t\tif (res.r != 201) return res;\n", e.name, prefixed("fn", names))
+			fmt.Fprintf(&b, "\t\tdlb_ret res = dlb_%s(%s);\n\t\tif (!dlb_wrong_context(gc, ctx, res.r)) return res;\n", e.name, prefixed("fn", names))
 		}
 		fmt.Fprintf(&b, "\t}\n\treturn dlb_%s_ctx(%s);\n}\n\n", e.name, prefixed("gc, sc, ctx, fn", names))
 	}
@@ -490,6 +512,7 @@ typedef struct { int r; unsigned long long o0, o1; } dlb_ret;
 			prefixed("C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn)", c))))
 		b.WriteString("}\n\n")
 	}
-	b.WriteString("func cbool(b bool) C.int {\n\tif b {\n\t\treturn 1\n\t}\n\treturn 0\n}\n")
+	b.WriteString("func cbool(b bool) C.int {\n\tif b {\n\t\treturn 1\n\t}\n\treturn 0\n}\n\n")
+	b.WriteString("// setKeepCtx names the context that may stay current on a thread that had\n// none (see keepCtx).\nfunc setKeepCtx(ctx uintptr) { C.dlb_set_keep(C.uintptr_t(ctx)) }\n")
 	emit("zcalls_cgo.go", &b)
 }

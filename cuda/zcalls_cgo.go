@@ -12,9 +12,19 @@ package cuda
 typedef int (*dlb_getcur_fn)(void**);
 typedef int (*dlb_setcur_fn)(void*);
 
-// dlb_enter makes ctx current on this OS thread. *prev receives the context
-// to restore afterwards: a foreign context that was current, or NULL when
-// the thread had none (ours then stays, so the next call finds it there).
+// dlb_keep is the context that may stay current on a thread that had none
+// (see keepCtx in context.go): device 0's primary context.
+static uintptr_t dlb_keep;
+static void dlb_set_keep(uintptr_t ctx) { __atomic_store_n(&dlb_keep, ctx, __ATOMIC_RELAXED); }
+
+// DLB_NONE as *prev: the thread had no context, take ours off again.
+#define DLB_NONE ((void*)1)
+
+// dlb_enter makes ctx current on this OS thread. *prev receives what to
+// restore afterwards: a foreign context that was current; DLB_NONE when the
+// thread had none and ctx is not dlb_keep; NULL when there is nothing to
+// undo (ctx was current, or it is dlb_keep, which then stays so that the
+// next call finds it there).
 static int dlb_enter(uintptr_t getcur, uintptr_t setcur, uintptr_t ctx, void** prev) {
 	void* cur = 0;
 	int r = ((dlb_getcur_fn)getcur)(&cur);
@@ -22,12 +32,23 @@ static int dlb_enter(uintptr_t getcur, uintptr_t setcur, uintptr_t ctx, void** p
 	if (r != 0) return r;
 	if (cur == (void*)ctx) return 0;
 	r = ((dlb_setcur_fn)setcur)((void*)ctx);
-	if (r == 0) *prev = cur;
+	if (r == 0) *prev = cur ? cur : (ctx == __atomic_load_n(&dlb_keep, __ATOMIC_RELAXED) ? 0 : DLB_NONE);
 	return r;
 }
 
 static void dlb_leave(uintptr_t setcur, void* prev) {
-	if (prev) ((dlb_setcur_fn)setcur)(prev);
+	if (prev == DLB_NONE) ((dlb_setcur_fn)setcur)(0);
+	else if (prev) ((dlb_setcur_fn)setcur)(prev);
+}
+
+// dlb_wrong_context: whether result r of a call made direct may be the
+// driver's answer to a call made in another context than its stream's or
+// event's (see wrongContext in context.go).
+static int dlb_wrong_context(uintptr_t getcur, uintptr_t ctx, int r) {
+	void* cur = 0;
+	if (r == 201) return 1;
+	if (r != 1 && r != 400) return 0;
+	return ((dlb_getcur_fn)getcur)(&cur) == 0 && cur != (void*)ctx;
 }
 
 // Calls with output parameters return them with the result: the outputs
@@ -48,7 +69,7 @@ static int dlb_cuInit_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t f
 static int dlb_cuInit_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuInit(fn, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuInit_ctx(gc, sc, ctx, fn, flags);
 }
@@ -67,7 +88,7 @@ static int dlb_cuDriverGetVersion_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuDriverGetVersion_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* version) {
 	if (direct) {
 		int r = dlb_cuDriverGetVersion(fn, version);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDriverGetVersion_ctx(gc, sc, ctx, fn, version);
 }
@@ -86,7 +107,7 @@ static int dlb_cuGetErrorName_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uin
 static int dlb_cuGetErrorName_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int code, void* pstr) {
 	if (direct) {
 		int r = dlb_cuGetErrorName(fn, code, pstr);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuGetErrorName_ctx(gc, sc, ctx, fn, code, pstr);
 }
@@ -105,7 +126,7 @@ static int dlb_cuGetErrorString_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, u
 static int dlb_cuGetErrorString_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int code, void* pstr) {
 	if (direct) {
 		int r = dlb_cuGetErrorString(fn, code, pstr);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuGetErrorString_ctx(gc, sc, ctx, fn, code, pstr);
 }
@@ -124,7 +145,7 @@ static int dlb_cuDeviceGetCount_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, u
 static int dlb_cuDeviceGetCount_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* count) {
 	if (direct) {
 		int r = dlb_cuDeviceGetCount(fn, count);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDeviceGetCount_ctx(gc, sc, ctx, fn, count);
 }
@@ -143,7 +164,7 @@ static int dlb_cuDeviceGet_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintpt
 static int dlb_cuDeviceGet_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* dev, int ordinal) {
 	if (direct) {
 		int r = dlb_cuDeviceGet(fn, dev, ordinal);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDeviceGet_ctx(gc, sc, ctx, fn, dev, ordinal);
 }
@@ -162,7 +183,7 @@ static int dlb_cuDeviceGetName_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuDeviceGetName_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* name, int length, int dev) {
 	if (direct) {
 		int r = dlb_cuDeviceGetName(fn, name, length, dev);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDeviceGetName_ctx(gc, sc, ctx, fn, name, length, dev);
 }
@@ -186,7 +207,7 @@ static dlb_ret dlb_cuDeviceGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_
 static dlb_ret dlb_cuDeviceGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int attrib, int dev) {
 	if (direct) {
 		dlb_ret res = dlb_cuDeviceGetAttribute(fn, attrib, dev);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuDeviceGetAttribute_ctx(gc, sc, ctx, fn, attrib, dev);
 }
@@ -205,7 +226,7 @@ static int dlb_cuDeviceTotalMem_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static int dlb_cuDeviceTotalMem_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* bytes, int dev) {
 	if (direct) {
 		int r = dlb_cuDeviceTotalMem_v2(fn, bytes, dev);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDeviceTotalMem_v2_ctx(gc, sc, ctx, fn, bytes, dev);
 }
@@ -224,7 +245,7 @@ static int dlb_cuDeviceGetPCIBusId_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static int dlb_cuDeviceGetPCIBusId_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* busid, int length, int dev) {
 	if (direct) {
 		int r = dlb_cuDeviceGetPCIBusId(fn, busid, length, dev);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDeviceGetPCIBusId_ctx(gc, sc, ctx, fn, busid, length, dev);
 }
@@ -243,7 +264,7 @@ static int dlb_cuDeviceGetUuid_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuDeviceGetUuid_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* uuid, int dev) {
 	if (direct) {
 		int r = dlb_cuDeviceGetUuid(fn, uuid, dev);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDeviceGetUuid_ctx(gc, sc, ctx, fn, uuid, dev);
 }
@@ -262,7 +283,7 @@ static int dlb_cuDeviceCanAccessPeer_ctx(uintptr_t gc, uintptr_t sc, uintptr_t c
 static int dlb_cuDeviceCanAccessPeer_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* can, int dev, int peer) {
 	if (direct) {
 		int r = dlb_cuDeviceCanAccessPeer(fn, can, dev, peer);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDeviceCanAccessPeer_ctx(gc, sc, ctx, fn, can, dev, peer);
 }
@@ -281,7 +302,7 @@ static int dlb_cuDevicePrimaryCtxRetain_ctx(uintptr_t gc, uintptr_t sc, uintptr_
 static int dlb_cuDevicePrimaryCtxRetain_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pctx, int dev) {
 	if (direct) {
 		int r = dlb_cuDevicePrimaryCtxRetain(fn, pctx, dev);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDevicePrimaryCtxRetain_ctx(gc, sc, ctx, fn, pctx, dev);
 }
@@ -300,7 +321,7 @@ static int dlb_cuDevicePrimaryCtxRelease_v2_ctx(uintptr_t gc, uintptr_t sc, uint
 static int dlb_cuDevicePrimaryCtxRelease_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int dev) {
 	if (direct) {
 		int r = dlb_cuDevicePrimaryCtxRelease_v2(fn, dev);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuDevicePrimaryCtxRelease_v2_ctx(gc, sc, ctx, fn, dev);
 }
@@ -324,7 +345,7 @@ static dlb_ret dlb_cuCtxGetCurrent_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static dlb_ret dlb_cuCtxGetCurrent_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn) {
 	if (direct) {
 		dlb_ret res = dlb_cuCtxGetCurrent(fn);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuCtxGetCurrent_ctx(gc, sc, ctx, fn);
 }
@@ -343,7 +364,7 @@ static int dlb_cuCtxSetCurrent_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuCtxSetCurrent_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t hctx) {
 	if (direct) {
 		int r = dlb_cuCtxSetCurrent(fn, hctx);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuCtxSetCurrent_ctx(gc, sc, ctx, fn, hctx);
 }
@@ -362,7 +383,7 @@ static int dlb_cuCtxPushCurrent_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static int dlb_cuCtxPushCurrent_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t hctx) {
 	if (direct) {
 		int r = dlb_cuCtxPushCurrent_v2(fn, hctx);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuCtxPushCurrent_v2_ctx(gc, sc, ctx, fn, hctx);
 }
@@ -381,7 +402,7 @@ static int dlb_cuCtxPopCurrent_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuCtxPopCurrent_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pctx) {
 	if (direct) {
 		int r = dlb_cuCtxPopCurrent_v2(fn, pctx);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuCtxPopCurrent_v2_ctx(gc, sc, ctx, fn, pctx);
 }
@@ -405,7 +426,7 @@ static dlb_ret dlb_cuCtxGetDevice_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static dlb_ret dlb_cuCtxGetDevice_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn) {
 	if (direct) {
 		dlb_ret res = dlb_cuCtxGetDevice(fn);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuCtxGetDevice_ctx(gc, sc, ctx, fn);
 }
@@ -424,7 +445,7 @@ static int dlb_cuCtxSynchronize_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, u
 static int dlb_cuCtxSynchronize_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn) {
 	if (direct) {
 		int r = dlb_cuCtxSynchronize(fn);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuCtxSynchronize_ctx(gc, sc, ctx, fn);
 }
@@ -443,7 +464,7 @@ static int dlb_cuCtxEnablePeerAccess_ctx(uintptr_t gc, uintptr_t sc, uintptr_t c
 static int dlb_cuCtxEnablePeerAccess_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t peer, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuCtxEnablePeerAccess(fn, peer, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuCtxEnablePeerAccess_ctx(gc, sc, ctx, fn, peer, flags);
 }
@@ -462,7 +483,7 @@ static int dlb_cuCtxGetStreamPriorityRange_ctx(uintptr_t gc, uintptr_t sc, uintp
 static int dlb_cuCtxGetStreamPriorityRange_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* least, void* greatest) {
 	if (direct) {
 		int r = dlb_cuCtxGetStreamPriorityRange(fn, least, greatest);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuCtxGetStreamPriorityRange_ctx(gc, sc, ctx, fn, least, greatest);
 }
@@ -481,7 +502,7 @@ static int dlb_cuMemGetInfo_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuMemGetInfo_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* free, void* total) {
 	if (direct) {
 		int r = dlb_cuMemGetInfo_v2(fn, free, total);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemGetInfo_v2_ctx(gc, sc, ctx, fn, free, total);
 }
@@ -505,7 +526,7 @@ static dlb_ret dlb_cuMemAlloc_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, 
 static dlb_ret dlb_cuMemAlloc_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long bytes) {
 	if (direct) {
 		dlb_ret res = dlb_cuMemAlloc_v2(fn, bytes);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuMemAlloc_v2_ctx(gc, sc, ctx, fn, bytes);
 }
@@ -524,7 +545,7 @@ static int dlb_cuMemFree_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintp
 static int dlb_cuMemFree_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dptr) {
 	if (direct) {
 		int r = dlb_cuMemFree_v2(fn, dptr);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemFree_v2_ctx(gc, sc, ctx, fn, dptr);
 }
@@ -543,7 +564,7 @@ static int dlb_cuMemAllocManaged_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, 
 static int dlb_cuMemAllocManaged_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pdptr, unsigned long long bytes, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuMemAllocManaged(fn, pdptr, bytes, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemAllocManaged_ctx(gc, sc, ctx, fn, pdptr, bytes, flags);
 }
@@ -567,7 +588,7 @@ static dlb_ret dlb_cuMemAllocAsync_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static dlb_ret dlb_cuMemAllocAsync_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long bytes, uintptr_t stream) {
 	if (direct) {
 		dlb_ret res = dlb_cuMemAllocAsync(fn, bytes, stream);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuMemAllocAsync_ctx(gc, sc, ctx, fn, bytes, stream);
 }
@@ -586,7 +607,7 @@ static int dlb_cuMemFreeAsync_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uin
 static int dlb_cuMemFreeAsync_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dptr, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemFreeAsync(fn, dptr, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemFreeAsync_ctx(gc, sc, ctx, fn, dptr, stream);
 }
@@ -605,7 +626,7 @@ static int dlb_cuMemHostAlloc_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uin
 static int dlb_cuMemHostAlloc_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pp, unsigned long long bytes, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuMemHostAlloc(fn, pp, bytes, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemHostAlloc_ctx(gc, sc, ctx, fn, pp, bytes, flags);
 }
@@ -624,7 +645,7 @@ static int dlb_cuMemFreeHost_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uint
 static int dlb_cuMemFreeHost_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* p) {
 	if (direct) {
 		int r = dlb_cuMemFreeHost(fn, p);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemFreeHost_ctx(gc, sc, ctx, fn, p);
 }
@@ -643,7 +664,7 @@ static int dlb_cuMemHostRegister_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ct
 static int dlb_cuMemHostRegister_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* p, unsigned long long bytes, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuMemHostRegister_v2(fn, p, bytes, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemHostRegister_v2_ctx(gc, sc, ctx, fn, p, bytes, flags);
 }
@@ -662,7 +683,7 @@ static int dlb_cuMemHostUnregister_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static int dlb_cuMemHostUnregister_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* p) {
 	if (direct) {
 		int r = dlb_cuMemHostUnregister(fn, p);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemHostUnregister_ctx(gc, sc, ctx, fn, p);
 }
@@ -681,7 +702,7 @@ static int dlb_cuMemHostGetDevicePointer_v2_ctx(uintptr_t gc, uintptr_t sc, uint
 static int dlb_cuMemHostGetDevicePointer_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pdptr, void* p, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuMemHostGetDevicePointer_v2(fn, pdptr, p, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemHostGetDevicePointer_v2_ctx(gc, sc, ctx, fn, pdptr, p, flags);
 }
@@ -707,7 +728,7 @@ static dlb_ret dlb_cuMemGetAddressRange_v2_ctx(uintptr_t gc, uintptr_t sc, uintp
 static dlb_ret dlb_cuMemGetAddressRange_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dptr) {
 	if (direct) {
 		dlb_ret res = dlb_cuMemGetAddressRange_v2(fn, dptr);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuMemGetAddressRange_v2_ctx(gc, sc, ctx, fn, dptr);
 }
@@ -731,7 +752,7 @@ static dlb_ret dlb_cuDeviceGetDefaultMemPool_ctx(uintptr_t gc, uintptr_t sc, uin
 static dlb_ret dlb_cuDeviceGetDefaultMemPool_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int dev) {
 	if (direct) {
 		dlb_ret res = dlb_cuDeviceGetDefaultMemPool(fn, dev);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuDeviceGetDefaultMemPool_ctx(gc, sc, ctx, fn, dev);
 }
@@ -750,7 +771,7 @@ static int dlb_cuMemPoolSetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t c
 static int dlb_cuMemPoolSetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, int attr, void* value) {
 	if (direct) {
 		int r = dlb_cuMemPoolSetAttribute(fn, pool, attr, value);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemPoolSetAttribute_ctx(gc, sc, ctx, fn, pool, attr, value);
 }
@@ -769,7 +790,7 @@ static int dlb_cuMemPoolGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t c
 static int dlb_cuMemPoolGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, int attr, void* value) {
 	if (direct) {
 		int r = dlb_cuMemPoolGetAttribute(fn, pool, attr, value);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemPoolGetAttribute_ctx(gc, sc, ctx, fn, pool, attr, value);
 }
@@ -788,7 +809,7 @@ static int dlb_cuMemPoolTrimTo_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuMemPoolTrimTo_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, unsigned long long keep) {
 	if (direct) {
 		int r = dlb_cuMemPoolTrimTo(fn, pool, keep);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemPoolTrimTo_ctx(gc, sc, ctx, fn, pool, keep);
 }
@@ -807,7 +828,7 @@ static int dlb_cuMemPoolSetAccess_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuMemPoolSetAccess_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, void* descs, unsigned long long count) {
 	if (direct) {
 		int r = dlb_cuMemPoolSetAccess(fn, pool, descs, count);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemPoolSetAccess_ctx(gc, sc, ctx, fn, pool, descs, count);
 }
@@ -826,7 +847,7 @@ static int dlb_cuMemsetD8_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uint
 static int dlb_cuMemsetD8_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n) {
 	if (direct) {
 		int r = dlb_cuMemsetD8_v2(fn, dst, value, n);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemsetD8_v2_ctx(gc, sc, ctx, fn, dst, value, n);
 }
@@ -845,7 +866,7 @@ static int dlb_cuMemsetD32_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uin
 static int dlb_cuMemsetD32_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n) {
 	if (direct) {
 		int r = dlb_cuMemsetD32_v2(fn, dst, value, n);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemsetD32_v2_ctx(gc, sc, ctx, fn, dst, value, n);
 }
@@ -864,7 +885,7 @@ static int dlb_cuMemsetD8Async_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuMemsetD8Async_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemsetD8Async(fn, dst, value, n, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemsetD8Async_ctx(gc, sc, ctx, fn, dst, value, n, stream);
 }
@@ -883,7 +904,7 @@ static int dlb_cuMemsetD32Async_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, u
 static int dlb_cuMemsetD32Async_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemsetD32Async(fn, dst, value, n, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemsetD32Async_ctx(gc, sc, ctx, fn, dst, value, n, stream);
 }
@@ -902,7 +923,7 @@ static int dlb_cuMemcpyHtoD_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuMemcpyHtoD_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, void* src, unsigned long long bytes) {
 	if (direct) {
 		int r = dlb_cuMemcpyHtoD_v2(fn, dst, src, bytes);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyHtoD_v2_ctx(gc, sc, ctx, fn, dst, src, bytes);
 }
@@ -921,7 +942,7 @@ static int dlb_cuMemcpyDtoH_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuMemcpyDtoH_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* dst, unsigned long long src, unsigned long long bytes) {
 	if (direct) {
 		int r = dlb_cuMemcpyDtoH_v2(fn, dst, src, bytes);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyDtoH_v2_ctx(gc, sc, ctx, fn, dst, src, bytes);
 }
@@ -940,7 +961,7 @@ static int dlb_cuMemcpyDtoD_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, ui
 static int dlb_cuMemcpyDtoD_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, unsigned long long src, unsigned long long bytes) {
 	if (direct) {
 		int r = dlb_cuMemcpyDtoD_v2(fn, dst, src, bytes);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyDtoD_v2_ctx(gc, sc, ctx, fn, dst, src, bytes);
 }
@@ -959,7 +980,7 @@ static int dlb_cuMemcpyHtoDAsync_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ct
 static int dlb_cuMemcpyHtoDAsync_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, void* src, unsigned long long bytes, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemcpyHtoDAsync_v2(fn, dst, src, bytes, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyHtoDAsync_v2_ctx(gc, sc, ctx, fn, dst, src, bytes, stream);
 }
@@ -978,7 +999,7 @@ static int dlb_cuMemcpyDtoHAsync_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ct
 static int dlb_cuMemcpyDtoHAsync_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* dst, unsigned long long src, unsigned long long bytes, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemcpyDtoHAsync_v2(fn, dst, src, bytes, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyDtoHAsync_v2_ctx(gc, sc, ctx, fn, dst, src, bytes, stream);
 }
@@ -997,7 +1018,7 @@ static int dlb_cuMemcpyDtoDAsync_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ct
 static int dlb_cuMemcpyDtoDAsync_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, unsigned long long src, unsigned long long bytes, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemcpyDtoDAsync_v2(fn, dst, src, bytes, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyDtoDAsync_v2_ctx(gc, sc, ctx, fn, dst, src, bytes, stream);
 }
@@ -1016,7 +1037,7 @@ static int dlb_cuMemcpyPeer_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintp
 static int dlb_cuMemcpyPeer_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, uintptr_t dstctx, unsigned long long src, uintptr_t srcctx, unsigned long long bytes) {
 	if (direct) {
 		int r = dlb_cuMemcpyPeer(fn, dst, dstctx, src, srcctx, bytes);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyPeer_ctx(gc, sc, ctx, fn, dst, dstctx, src, srcctx, bytes);
 }
@@ -1035,7 +1056,7 @@ static int dlb_cuMemcpyPeerAsync_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, 
 static int dlb_cuMemcpyPeerAsync_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long dst, uintptr_t dstctx, unsigned long long src, uintptr_t srcctx, unsigned long long bytes, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemcpyPeerAsync(fn, dst, dstctx, src, srcctx, bytes, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpyPeerAsync_ctx(gc, sc, ctx, fn, dst, dstctx, src, srcctx, bytes, stream);
 }
@@ -1054,7 +1075,7 @@ static int dlb_cuMemcpy2D_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uint
 static int dlb_cuMemcpy2D_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* copy) {
 	if (direct) {
 		int r = dlb_cuMemcpy2D_v2(fn, copy);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpy2D_v2_ctx(gc, sc, ctx, fn, copy);
 }
@@ -1073,7 +1094,7 @@ static int dlb_cuMemcpy2DAsync_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuMemcpy2DAsync_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* copy, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemcpy2DAsync_v2(fn, copy, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpy2DAsync_v2_ctx(gc, sc, ctx, fn, copy, stream);
 }
@@ -1092,7 +1113,7 @@ static int dlb_cuMemcpy3D_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uint
 static int dlb_cuMemcpy3D_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* copy) {
 	if (direct) {
 		int r = dlb_cuMemcpy3D_v2(fn, copy);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpy3D_v2_ctx(gc, sc, ctx, fn, copy);
 }
@@ -1111,7 +1132,7 @@ static int dlb_cuMemcpy3DAsync_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuMemcpy3DAsync_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* copy, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuMemcpy3DAsync_v2(fn, copy, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuMemcpy3DAsync_v2_ctx(gc, sc, ctx, fn, copy, stream);
 }
@@ -1130,7 +1151,7 @@ static int dlb_cuStreamCreateWithPriority_ctx(uintptr_t gc, uintptr_t sc, uintpt
 static int dlb_cuStreamCreateWithPriority_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pstream, unsigned int flags, int priority) {
 	if (direct) {
 		int r = dlb_cuStreamCreateWithPriority(fn, pstream, flags, priority);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuStreamCreateWithPriority_ctx(gc, sc, ctx, fn, pstream, flags, priority);
 }
@@ -1149,7 +1170,7 @@ static int dlb_cuStreamDestroy_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuStreamDestroy_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuStreamDestroy_v2(fn, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuStreamDestroy_v2_ctx(gc, sc, ctx, fn, stream);
 }
@@ -1168,7 +1189,7 @@ static int dlb_cuStreamSynchronize_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static int dlb_cuStreamSynchronize_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuStreamSynchronize(fn, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuStreamSynchronize_ctx(gc, sc, ctx, fn, stream);
 }
@@ -1187,7 +1208,7 @@ static int dlb_cuStreamQuery_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uint
 static int dlb_cuStreamQuery_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuStreamQuery(fn, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuStreamQuery_ctx(gc, sc, ctx, fn, stream);
 }
@@ -1206,7 +1227,7 @@ static int dlb_cuStreamWaitEvent_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, 
 static int dlb_cuStreamWaitEvent_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t stream, uintptr_t event, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuStreamWaitEvent(fn, stream, event, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuStreamWaitEvent_ctx(gc, sc, ctx, fn, stream, event, flags);
 }
@@ -1225,7 +1246,7 @@ static int dlb_cuStreamGetPriority_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static int dlb_cuStreamGetPriority_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t stream, void* priority) {
 	if (direct) {
 		int r = dlb_cuStreamGetPriority(fn, stream, priority);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuStreamGetPriority_ctx(gc, sc, ctx, fn, stream, priority);
 }
@@ -1244,7 +1265,7 @@ static int dlb_cuStreamGetFlags_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, u
 static int dlb_cuStreamGetFlags_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t stream, void* flags) {
 	if (direct) {
 		int r = dlb_cuStreamGetFlags(fn, stream, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuStreamGetFlags_ctx(gc, sc, ctx, fn, stream, flags);
 }
@@ -1263,7 +1284,7 @@ static int dlb_cuEventCreate_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uint
 static int dlb_cuEventCreate_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pevent, unsigned int flags) {
 	if (direct) {
 		int r = dlb_cuEventCreate(fn, pevent, flags);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuEventCreate_ctx(gc, sc, ctx, fn, pevent, flags);
 }
@@ -1282,7 +1303,7 @@ static int dlb_cuEventDestroy_v2_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, 
 static int dlb_cuEventDestroy_v2_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t event) {
 	if (direct) {
 		int r = dlb_cuEventDestroy_v2(fn, event);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuEventDestroy_v2_ctx(gc, sc, ctx, fn, event);
 }
@@ -1301,7 +1322,7 @@ static int dlb_cuEventRecord_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uint
 static int dlb_cuEventRecord_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t event, uintptr_t stream) {
 	if (direct) {
 		int r = dlb_cuEventRecord(fn, event, stream);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuEventRecord_ctx(gc, sc, ctx, fn, event, stream);
 }
@@ -1320,7 +1341,7 @@ static int dlb_cuEventSynchronize_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuEventSynchronize_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t event) {
 	if (direct) {
 		int r = dlb_cuEventSynchronize(fn, event);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuEventSynchronize_ctx(gc, sc, ctx, fn, event);
 }
@@ -1339,7 +1360,7 @@ static int dlb_cuEventQuery_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintp
 static int dlb_cuEventQuery_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t event) {
 	if (direct) {
 		int r = dlb_cuEventQuery(fn, event);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuEventQuery_ctx(gc, sc, ctx, fn, event);
 }
@@ -1358,7 +1379,7 @@ static int dlb_cuEventElapsedTime_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuEventElapsedTime_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* ms, uintptr_t start, uintptr_t end) {
 	if (direct) {
 		int r = dlb_cuEventElapsedTime(fn, ms, start, end);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuEventElapsedTime_ctx(gc, sc, ctx, fn, ms, start, end);
 }
@@ -1382,7 +1403,7 @@ static dlb_ret dlb_cuPointerGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr
 static dlb_ret dlb_cuPointerGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int attr, unsigned long long ptr) {
 	if (direct) {
 		dlb_ret res = dlb_cuPointerGetAttribute(fn, attr, ptr);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuPointerGetAttribute_ctx(gc, sc, ctx, fn, attr, ptr);
 }
@@ -1401,7 +1422,7 @@ static int dlb_cuPointerGetAttributes_ctx(uintptr_t gc, uintptr_t sc, uintptr_t 
 static int dlb_cuPointerGetAttributes_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned int n, void* attrs, void* data, unsigned long long ptr) {
 	if (direct) {
 		int r = dlb_cuPointerGetAttributes(fn, n, attrs, data, ptr);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuPointerGetAttributes_ctx(gc, sc, ctx, fn, n, attrs, data, ptr);
 }
@@ -1420,7 +1441,7 @@ static int dlb_cuModuleLoadDataEx_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx,
 static int dlb_cuModuleLoadDataEx_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pmod, void* image, unsigned int nopts, void* opts, void* vals) {
 	if (direct) {
 		int r = dlb_cuModuleLoadDataEx(fn, pmod, image, nopts, opts, vals);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuModuleLoadDataEx_ctx(gc, sc, ctx, fn, pmod, image, nopts, opts, vals);
 }
@@ -1439,7 +1460,7 @@ static int dlb_cuModuleUnload_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uin
 static int dlb_cuModuleUnload_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t mod) {
 	if (direct) {
 		int r = dlb_cuModuleUnload(fn, mod);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuModuleUnload_ctx(gc, sc, ctx, fn, mod);
 }
@@ -1458,7 +1479,7 @@ static int dlb_cuModuleGetFunction_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 static int dlb_cuModuleGetFunction_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* pfn, uintptr_t mod, void* name) {
 	if (direct) {
 		int r = dlb_cuModuleGetFunction(fn, pfn, mod, name);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuModuleGetFunction_ctx(gc, sc, ctx, fn, pfn, mod, name);
 }
@@ -1482,7 +1503,7 @@ static dlb_ret dlb_cuFuncGetAttribute_ctx(uintptr_t gc, uintptr_t sc, uintptr_t 
 static dlb_ret dlb_cuFuncGetAttribute_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, int attr, uintptr_t hfunc) {
 	if (direct) {
 		dlb_ret res = dlb_cuFuncGetAttribute(fn, attr, hfunc);
-		if (res.r != 201) return res;
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
 	}
 	return dlb_cuFuncGetAttribute_ctx(gc, sc, ctx, fn, attr, hfunc);
 }
@@ -1501,7 +1522,7 @@ static int dlb_cuLaunchKernel_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uin
 static int dlb_cuLaunchKernel_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t hfunc, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, uintptr_t stream, void* params, void* extra) {
 	if (direct) {
 		int r = dlb_cuLaunchKernel(fn, hfunc, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
-		if (r != 201) return r;
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuLaunchKernel_ctx(gc, sc, ctx, fn, hfunc, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
@@ -3346,3 +3367,7 @@ func cbool(b bool) C.int {
 	}
 	return 0
 }
+
+// setKeepCtx names the context that may stay current on a thread that had
+// none (see keepCtx).
+func setKeepCtx(ctx uintptr) { C.dlb_set_keep(C.uintptr_t(ctx)) }

@@ -40,7 +40,7 @@ func cuInit_ctx(ctx uintptr, flags uint32) Result {
 
 func cuInit_auto(ctx uintptr, direct bool, flags uint32) Result {
 	if direct {
-		if r := cuInit(flags); r != ErrInvalidContext {
+		if r := cuInit(flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -74,7 +74,7 @@ func cuDriverGetVersion_ctx(ctx uintptr, version unsafe.Pointer) Result {
 
 func cuDriverGetVersion_auto(ctx uintptr, direct bool, version unsafe.Pointer) Result {
 	if direct {
-		if r := cuDriverGetVersion(version); r != ErrInvalidContext {
+		if r := cuDriverGetVersion(version); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -108,7 +108,7 @@ func cuGetErrorName_ctx(ctx uintptr, code int32, pstr unsafe.Pointer) Result {
 
 func cuGetErrorName_auto(ctx uintptr, direct bool, code int32, pstr unsafe.Pointer) Result {
 	if direct {
-		if r := cuGetErrorName(code, pstr); r != ErrInvalidContext {
+		if r := cuGetErrorName(code, pstr); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -142,7 +142,7 @@ func cuGetErrorString_ctx(ctx uintptr, code int32, pstr unsafe.Pointer) Result {
 
 func cuGetErrorString_auto(ctx uintptr, direct bool, code int32, pstr unsafe.Pointer) Result {
 	if direct {
-		if r := cuGetErrorString(code, pstr); r != ErrInvalidContext {
+		if r := cuGetErrorString(code, pstr); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -176,7 +176,7 @@ func cuDeviceGetCount_ctx(ctx uintptr, count unsafe.Pointer) Result {
 
 func cuDeviceGetCount_auto(ctx uintptr, direct bool, count unsafe.Pointer) Result {
 	if direct {
-		if r := cuDeviceGetCount(count); r != ErrInvalidContext {
+		if r := cuDeviceGetCount(count); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -210,7 +210,7 @@ func cuDeviceGet_ctx(ctx uintptr, dev unsafe.Pointer, ordinal int32) Result {
 
 func cuDeviceGet_auto(ctx uintptr, direct bool, dev unsafe.Pointer, ordinal int32) Result {
 	if direct {
-		if r := cuDeviceGet(dev, ordinal); r != ErrInvalidContext {
+		if r := cuDeviceGet(dev, ordinal); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -244,7 +244,7 @@ func cuDeviceGetName_ctx(ctx uintptr, name unsafe.Pointer, length int32, dev int
 
 func cuDeviceGetName_auto(ctx uintptr, direct bool, name unsafe.Pointer, length int32, dev int32) Result {
 	if direct {
-		if r := cuDeviceGetName(name, length, dev); r != ErrInvalidContext {
+		if r := cuDeviceGetName(name, length, dev); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -280,7 +280,7 @@ func cuDeviceGetAttribute_ctx(ctx uintptr, attrib int32, dev int32) (uint64, Res
 
 func cuDeviceGetAttribute_auto(ctx uintptr, direct bool, attrib int32, dev int32) (uint64, Result) {
 	if direct {
-		if o0, r := cuDeviceGetAttribute(attrib, dev); r != ErrInvalidContext {
+		if o0, r := cuDeviceGetAttribute(attrib, dev); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -314,7 +314,7 @@ func cuDeviceTotalMem_v2_ctx(ctx uintptr, bytes unsafe.Pointer, dev int32) Resul
 
 func cuDeviceTotalMem_v2_auto(ctx uintptr, direct bool, bytes unsafe.Pointer, dev int32) Result {
 	if direct {
-		if r := cuDeviceTotalMem_v2(bytes, dev); r != ErrInvalidContext {
+		if r := cuDeviceTotalMem_v2(bytes, dev); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -348,7 +348,7 @@ func cuDeviceGetPCIBusId_ctx(ctx uintptr, busid unsafe.Pointer, length int32, de
 
 func cuDeviceGetPCIBusId_auto(ctx uintptr, direct bool, busid unsafe.Pointer, length int32, dev int32) Result {
 	if direct {
-		if r := cuDeviceGetPCIBusId(busid, length, dev); r != ErrInvalidContext {
+		if r := cuDeviceGetPCIBusId(busid, length, dev); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -382,7 +382,7 @@ func cuDeviceGetUuid_ctx(ctx uintptr, uuid unsafe.Pointer, dev int32) Result {
 
 func cuDeviceGetUuid_auto(ctx uintptr, direct bool, uuid unsafe.Pointer, dev int32) Result {
 	if direct {
-		if r := cuDeviceGetUuid(uuid, dev); r != ErrInvalidContext {
+		if r := cuDeviceGetUuid(uuid, dev); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -416,7 +416,7 @@ func cuDeviceCanAccessPeer_ctx(ctx uintptr, can unsafe.Pointer, dev int32, peer 
 
 func cuDeviceCanAccessPeer_auto(ctx uintptr, direct bool, can unsafe.Pointer, dev int32, peer int32) Result {
 	if direct {
-		if r := cuDeviceCanAccessPeer(can, dev, peer); r != ErrInvalidContext {
+		if r := cuDeviceCanAccessPeer(can, dev, peer); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -450,7 +450,7 @@ func cuDevicePrimaryCtxRetain_ctx(ctx uintptr, pctx unsafe.Pointer, dev int32) R
 
 func cuDevicePrimaryCtxRetain_auto(ctx uintptr, direct bool, pctx unsafe.Pointer, dev int32) Result {
 	if direct {
-		if r := cuDevicePrimaryCtxRetain(pctx, dev); r != ErrInvalidContext {
+		if r := cuDevicePrimaryCtxRetain(pctx, dev); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -484,7 +484,7 @@ func cuDevicePrimaryCtxRelease_v2_ctx(ctx uintptr, dev int32) Result {
 
 func cuDevicePrimaryCtxRelease_v2_auto(ctx uintptr, direct bool, dev int32) Result {
 	if direct {
-		if r := cuDevicePrimaryCtxRelease_v2(dev); r != ErrInvalidContext {
+		if r := cuDevicePrimaryCtxRelease_v2(dev); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -520,7 +520,7 @@ func cuCtxGetCurrent_ctx(ctx uintptr) (uint64, Result) {
 
 func cuCtxGetCurrent_auto(ctx uintptr, direct bool) (uint64, Result) {
 	if direct {
-		if o0, r := cuCtxGetCurrent(); r != ErrInvalidContext {
+		if o0, r := cuCtxGetCurrent(); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -554,7 +554,7 @@ func cuCtxSetCurrent_ctx(ctx uintptr, hctx uintptr) Result {
 
 func cuCtxSetCurrent_auto(ctx uintptr, direct bool, hctx uintptr) Result {
 	if direct {
-		if r := cuCtxSetCurrent(hctx); r != ErrInvalidContext {
+		if r := cuCtxSetCurrent(hctx); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -588,7 +588,7 @@ func cuCtxPushCurrent_v2_ctx(ctx uintptr, hctx uintptr) Result {
 
 func cuCtxPushCurrent_v2_auto(ctx uintptr, direct bool, hctx uintptr) Result {
 	if direct {
-		if r := cuCtxPushCurrent_v2(hctx); r != ErrInvalidContext {
+		if r := cuCtxPushCurrent_v2(hctx); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -622,7 +622,7 @@ func cuCtxPopCurrent_v2_ctx(ctx uintptr, pctx unsafe.Pointer) Result {
 
 func cuCtxPopCurrent_v2_auto(ctx uintptr, direct bool, pctx unsafe.Pointer) Result {
 	if direct {
-		if r := cuCtxPopCurrent_v2(pctx); r != ErrInvalidContext {
+		if r := cuCtxPopCurrent_v2(pctx); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -658,7 +658,7 @@ func cuCtxGetDevice_ctx(ctx uintptr) (uint64, Result) {
 
 func cuCtxGetDevice_auto(ctx uintptr, direct bool) (uint64, Result) {
 	if direct {
-		if o0, r := cuCtxGetDevice(); r != ErrInvalidContext {
+		if o0, r := cuCtxGetDevice(); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -692,7 +692,7 @@ func cuCtxSynchronize_ctx(ctx uintptr) Result {
 
 func cuCtxSynchronize_auto(ctx uintptr, direct bool) Result {
 	if direct {
-		if r := cuCtxSynchronize(); r != ErrInvalidContext {
+		if r := cuCtxSynchronize(); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -726,7 +726,7 @@ func cuCtxEnablePeerAccess_ctx(ctx uintptr, peer uintptr, flags uint32) Result {
 
 func cuCtxEnablePeerAccess_auto(ctx uintptr, direct bool, peer uintptr, flags uint32) Result {
 	if direct {
-		if r := cuCtxEnablePeerAccess(peer, flags); r != ErrInvalidContext {
+		if r := cuCtxEnablePeerAccess(peer, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -760,7 +760,7 @@ func cuCtxGetStreamPriorityRange_ctx(ctx uintptr, least unsafe.Pointer, greatest
 
 func cuCtxGetStreamPriorityRange_auto(ctx uintptr, direct bool, least unsafe.Pointer, greatest unsafe.Pointer) Result {
 	if direct {
-		if r := cuCtxGetStreamPriorityRange(least, greatest); r != ErrInvalidContext {
+		if r := cuCtxGetStreamPriorityRange(least, greatest); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -794,7 +794,7 @@ func cuMemGetInfo_v2_ctx(ctx uintptr, free unsafe.Pointer, total unsafe.Pointer)
 
 func cuMemGetInfo_v2_auto(ctx uintptr, direct bool, free unsafe.Pointer, total unsafe.Pointer) Result {
 	if direct {
-		if r := cuMemGetInfo_v2(free, total); r != ErrInvalidContext {
+		if r := cuMemGetInfo_v2(free, total); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -830,7 +830,7 @@ func cuMemAlloc_v2_ctx(ctx uintptr, bytes uint64) (uint64, Result) {
 
 func cuMemAlloc_v2_auto(ctx uintptr, direct bool, bytes uint64) (uint64, Result) {
 	if direct {
-		if o0, r := cuMemAlloc_v2(bytes); r != ErrInvalidContext {
+		if o0, r := cuMemAlloc_v2(bytes); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -864,7 +864,7 @@ func cuMemFree_v2_ctx(ctx uintptr, dptr uint64) Result {
 
 func cuMemFree_v2_auto(ctx uintptr, direct bool, dptr uint64) Result {
 	if direct {
-		if r := cuMemFree_v2(dptr); r != ErrInvalidContext {
+		if r := cuMemFree_v2(dptr); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -898,7 +898,7 @@ func cuMemAllocManaged_ctx(ctx uintptr, pdptr unsafe.Pointer, bytes uint64, flag
 
 func cuMemAllocManaged_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, bytes uint64, flags uint32) Result {
 	if direct {
-		if r := cuMemAllocManaged(pdptr, bytes, flags); r != ErrInvalidContext {
+		if r := cuMemAllocManaged(pdptr, bytes, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -934,7 +934,7 @@ func cuMemAllocAsync_ctx(ctx uintptr, bytes uint64, stream uintptr) (uint64, Res
 
 func cuMemAllocAsync_auto(ctx uintptr, direct bool, bytes uint64, stream uintptr) (uint64, Result) {
 	if direct {
-		if o0, r := cuMemAllocAsync(bytes, stream); r != ErrInvalidContext {
+		if o0, r := cuMemAllocAsync(bytes, stream); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -968,7 +968,7 @@ func cuMemFreeAsync_ctx(ctx uintptr, dptr uint64, stream uintptr) Result {
 
 func cuMemFreeAsync_auto(ctx uintptr, direct bool, dptr uint64, stream uintptr) Result {
 	if direct {
-		if r := cuMemFreeAsync(dptr, stream); r != ErrInvalidContext {
+		if r := cuMemFreeAsync(dptr, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1002,7 +1002,7 @@ func cuMemHostAlloc_ctx(ctx uintptr, pp unsafe.Pointer, bytes uint64, flags uint
 
 func cuMemHostAlloc_auto(ctx uintptr, direct bool, pp unsafe.Pointer, bytes uint64, flags uint32) Result {
 	if direct {
-		if r := cuMemHostAlloc(pp, bytes, flags); r != ErrInvalidContext {
+		if r := cuMemHostAlloc(pp, bytes, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1036,7 +1036,7 @@ func cuMemFreeHost_ctx(ctx uintptr, p unsafe.Pointer) Result {
 
 func cuMemFreeHost_auto(ctx uintptr, direct bool, p unsafe.Pointer) Result {
 	if direct {
-		if r := cuMemFreeHost(p); r != ErrInvalidContext {
+		if r := cuMemFreeHost(p); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1070,7 +1070,7 @@ func cuMemHostRegister_v2_ctx(ctx uintptr, p unsafe.Pointer, bytes uint64, flags
 
 func cuMemHostRegister_v2_auto(ctx uintptr, direct bool, p unsafe.Pointer, bytes uint64, flags uint32) Result {
 	if direct {
-		if r := cuMemHostRegister_v2(p, bytes, flags); r != ErrInvalidContext {
+		if r := cuMemHostRegister_v2(p, bytes, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1104,7 +1104,7 @@ func cuMemHostUnregister_ctx(ctx uintptr, p unsafe.Pointer) Result {
 
 func cuMemHostUnregister_auto(ctx uintptr, direct bool, p unsafe.Pointer) Result {
 	if direct {
-		if r := cuMemHostUnregister(p); r != ErrInvalidContext {
+		if r := cuMemHostUnregister(p); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1138,7 +1138,7 @@ func cuMemHostGetDevicePointer_v2_ctx(ctx uintptr, pdptr unsafe.Pointer, p unsaf
 
 func cuMemHostGetDevicePointer_v2_auto(ctx uintptr, direct bool, pdptr unsafe.Pointer, p unsafe.Pointer, flags uint32) Result {
 	if direct {
-		if r := cuMemHostGetDevicePointer_v2(pdptr, p, flags); r != ErrInvalidContext {
+		if r := cuMemHostGetDevicePointer_v2(pdptr, p, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1176,7 +1176,7 @@ func cuMemGetAddressRange_v2_ctx(ctx uintptr, dptr uint64) (uint64, uint64, Resu
 
 func cuMemGetAddressRange_v2_auto(ctx uintptr, direct bool, dptr uint64) (uint64, uint64, Result) {
 	if direct {
-		if o0, o1, r := cuMemGetAddressRange_v2(dptr); r != ErrInvalidContext {
+		if o0, o1, r := cuMemGetAddressRange_v2(dptr); !wrongContext(ctx, r) {
 			return o0, o1, r
 		}
 	}
@@ -1212,7 +1212,7 @@ func cuDeviceGetDefaultMemPool_ctx(ctx uintptr, dev int32) (uint64, Result) {
 
 func cuDeviceGetDefaultMemPool_auto(ctx uintptr, direct bool, dev int32) (uint64, Result) {
 	if direct {
-		if o0, r := cuDeviceGetDefaultMemPool(dev); r != ErrInvalidContext {
+		if o0, r := cuDeviceGetDefaultMemPool(dev); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -1246,7 +1246,7 @@ func cuMemPoolSetAttribute_ctx(ctx uintptr, pool uintptr, attr int32, value unsa
 
 func cuMemPoolSetAttribute_auto(ctx uintptr, direct bool, pool uintptr, attr int32, value unsafe.Pointer) Result {
 	if direct {
-		if r := cuMemPoolSetAttribute(pool, attr, value); r != ErrInvalidContext {
+		if r := cuMemPoolSetAttribute(pool, attr, value); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1280,7 +1280,7 @@ func cuMemPoolGetAttribute_ctx(ctx uintptr, pool uintptr, attr int32, value unsa
 
 func cuMemPoolGetAttribute_auto(ctx uintptr, direct bool, pool uintptr, attr int32, value unsafe.Pointer) Result {
 	if direct {
-		if r := cuMemPoolGetAttribute(pool, attr, value); r != ErrInvalidContext {
+		if r := cuMemPoolGetAttribute(pool, attr, value); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1314,7 +1314,7 @@ func cuMemPoolTrimTo_ctx(ctx uintptr, pool uintptr, keep uint64) Result {
 
 func cuMemPoolTrimTo_auto(ctx uintptr, direct bool, pool uintptr, keep uint64) Result {
 	if direct {
-		if r := cuMemPoolTrimTo(pool, keep); r != ErrInvalidContext {
+		if r := cuMemPoolTrimTo(pool, keep); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1348,7 +1348,7 @@ func cuMemPoolSetAccess_ctx(ctx uintptr, pool uintptr, descs unsafe.Pointer, cou
 
 func cuMemPoolSetAccess_auto(ctx uintptr, direct bool, pool uintptr, descs unsafe.Pointer, count uint64) Result {
 	if direct {
-		if r := cuMemPoolSetAccess(pool, descs, count); r != ErrInvalidContext {
+		if r := cuMemPoolSetAccess(pool, descs, count); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1382,7 +1382,7 @@ func cuMemsetD8_v2_ctx(ctx uintptr, dst uint64, value uint32, n uint64) Result {
 
 func cuMemsetD8_v2_auto(ctx uintptr, direct bool, dst uint64, value uint32, n uint64) Result {
 	if direct {
-		if r := cuMemsetD8_v2(dst, value, n); r != ErrInvalidContext {
+		if r := cuMemsetD8_v2(dst, value, n); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1416,7 +1416,7 @@ func cuMemsetD32_v2_ctx(ctx uintptr, dst uint64, value uint32, n uint64) Result 
 
 func cuMemsetD32_v2_auto(ctx uintptr, direct bool, dst uint64, value uint32, n uint64) Result {
 	if direct {
-		if r := cuMemsetD32_v2(dst, value, n); r != ErrInvalidContext {
+		if r := cuMemsetD32_v2(dst, value, n); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1450,7 +1450,7 @@ func cuMemsetD8Async_ctx(ctx uintptr, dst uint64, value uint32, n uint64, stream
 
 func cuMemsetD8Async_auto(ctx uintptr, direct bool, dst uint64, value uint32, n uint64, stream uintptr) Result {
 	if direct {
-		if r := cuMemsetD8Async(dst, value, n, stream); r != ErrInvalidContext {
+		if r := cuMemsetD8Async(dst, value, n, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1484,7 +1484,7 @@ func cuMemsetD32Async_ctx(ctx uintptr, dst uint64, value uint32, n uint64, strea
 
 func cuMemsetD32Async_auto(ctx uintptr, direct bool, dst uint64, value uint32, n uint64, stream uintptr) Result {
 	if direct {
-		if r := cuMemsetD32Async(dst, value, n, stream); r != ErrInvalidContext {
+		if r := cuMemsetD32Async(dst, value, n, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1518,7 +1518,7 @@ func cuMemcpyHtoD_v2_ctx(ctx uintptr, dst uint64, src unsafe.Pointer, bytes uint
 
 func cuMemcpyHtoD_v2_auto(ctx uintptr, direct bool, dst uint64, src unsafe.Pointer, bytes uint64) Result {
 	if direct {
-		if r := cuMemcpyHtoD_v2(dst, src, bytes); r != ErrInvalidContext {
+		if r := cuMemcpyHtoD_v2(dst, src, bytes); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1552,7 +1552,7 @@ func cuMemcpyDtoH_v2_ctx(ctx uintptr, dst unsafe.Pointer, src uint64, bytes uint
 
 func cuMemcpyDtoH_v2_auto(ctx uintptr, direct bool, dst unsafe.Pointer, src uint64, bytes uint64) Result {
 	if direct {
-		if r := cuMemcpyDtoH_v2(dst, src, bytes); r != ErrInvalidContext {
+		if r := cuMemcpyDtoH_v2(dst, src, bytes); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1586,7 +1586,7 @@ func cuMemcpyDtoD_v2_ctx(ctx uintptr, dst uint64, src uint64, bytes uint64) Resu
 
 func cuMemcpyDtoD_v2_auto(ctx uintptr, direct bool, dst uint64, src uint64, bytes uint64) Result {
 	if direct {
-		if r := cuMemcpyDtoD_v2(dst, src, bytes); r != ErrInvalidContext {
+		if r := cuMemcpyDtoD_v2(dst, src, bytes); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1620,7 +1620,7 @@ func cuMemcpyHtoDAsync_v2_ctx(ctx uintptr, dst uint64, src unsafe.Pointer, bytes
 
 func cuMemcpyHtoDAsync_v2_auto(ctx uintptr, direct bool, dst uint64, src unsafe.Pointer, bytes uint64, stream uintptr) Result {
 	if direct {
-		if r := cuMemcpyHtoDAsync_v2(dst, src, bytes, stream); r != ErrInvalidContext {
+		if r := cuMemcpyHtoDAsync_v2(dst, src, bytes, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1654,7 +1654,7 @@ func cuMemcpyDtoHAsync_v2_ctx(ctx uintptr, dst unsafe.Pointer, src uint64, bytes
 
 func cuMemcpyDtoHAsync_v2_auto(ctx uintptr, direct bool, dst unsafe.Pointer, src uint64, bytes uint64, stream uintptr) Result {
 	if direct {
-		if r := cuMemcpyDtoHAsync_v2(dst, src, bytes, stream); r != ErrInvalidContext {
+		if r := cuMemcpyDtoHAsync_v2(dst, src, bytes, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1688,7 +1688,7 @@ func cuMemcpyDtoDAsync_v2_ctx(ctx uintptr, dst uint64, src uint64, bytes uint64,
 
 func cuMemcpyDtoDAsync_v2_auto(ctx uintptr, direct bool, dst uint64, src uint64, bytes uint64, stream uintptr) Result {
 	if direct {
-		if r := cuMemcpyDtoDAsync_v2(dst, src, bytes, stream); r != ErrInvalidContext {
+		if r := cuMemcpyDtoDAsync_v2(dst, src, bytes, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1722,7 +1722,7 @@ func cuMemcpyPeer_ctx(ctx uintptr, dst uint64, dstctx uintptr, src uint64, srcct
 
 func cuMemcpyPeer_auto(ctx uintptr, direct bool, dst uint64, dstctx uintptr, src uint64, srcctx uintptr, bytes uint64) Result {
 	if direct {
-		if r := cuMemcpyPeer(dst, dstctx, src, srcctx, bytes); r != ErrInvalidContext {
+		if r := cuMemcpyPeer(dst, dstctx, src, srcctx, bytes); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1756,7 +1756,7 @@ func cuMemcpyPeerAsync_ctx(ctx uintptr, dst uint64, dstctx uintptr, src uint64, 
 
 func cuMemcpyPeerAsync_auto(ctx uintptr, direct bool, dst uint64, dstctx uintptr, src uint64, srcctx uintptr, bytes uint64, stream uintptr) Result {
 	if direct {
-		if r := cuMemcpyPeerAsync(dst, dstctx, src, srcctx, bytes, stream); r != ErrInvalidContext {
+		if r := cuMemcpyPeerAsync(dst, dstctx, src, srcctx, bytes, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1790,7 +1790,7 @@ func cuMemcpy2D_v2_ctx(ctx uintptr, copy unsafe.Pointer) Result {
 
 func cuMemcpy2D_v2_auto(ctx uintptr, direct bool, copy unsafe.Pointer) Result {
 	if direct {
-		if r := cuMemcpy2D_v2(copy); r != ErrInvalidContext {
+		if r := cuMemcpy2D_v2(copy); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1824,7 +1824,7 @@ func cuMemcpy2DAsync_v2_ctx(ctx uintptr, copy unsafe.Pointer, stream uintptr) Re
 
 func cuMemcpy2DAsync_v2_auto(ctx uintptr, direct bool, copy unsafe.Pointer, stream uintptr) Result {
 	if direct {
-		if r := cuMemcpy2DAsync_v2(copy, stream); r != ErrInvalidContext {
+		if r := cuMemcpy2DAsync_v2(copy, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1858,7 +1858,7 @@ func cuMemcpy3D_v2_ctx(ctx uintptr, copy unsafe.Pointer) Result {
 
 func cuMemcpy3D_v2_auto(ctx uintptr, direct bool, copy unsafe.Pointer) Result {
 	if direct {
-		if r := cuMemcpy3D_v2(copy); r != ErrInvalidContext {
+		if r := cuMemcpy3D_v2(copy); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1892,7 +1892,7 @@ func cuMemcpy3DAsync_v2_ctx(ctx uintptr, copy unsafe.Pointer, stream uintptr) Re
 
 func cuMemcpy3DAsync_v2_auto(ctx uintptr, direct bool, copy unsafe.Pointer, stream uintptr) Result {
 	if direct {
-		if r := cuMemcpy3DAsync_v2(copy, stream); r != ErrInvalidContext {
+		if r := cuMemcpy3DAsync_v2(copy, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1926,7 +1926,7 @@ func cuStreamCreateWithPriority_ctx(ctx uintptr, pstream unsafe.Pointer, flags u
 
 func cuStreamCreateWithPriority_auto(ctx uintptr, direct bool, pstream unsafe.Pointer, flags uint32, priority int32) Result {
 	if direct {
-		if r := cuStreamCreateWithPriority(pstream, flags, priority); r != ErrInvalidContext {
+		if r := cuStreamCreateWithPriority(pstream, flags, priority); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1960,7 +1960,7 @@ func cuStreamDestroy_v2_ctx(ctx uintptr, stream uintptr) Result {
 
 func cuStreamDestroy_v2_auto(ctx uintptr, direct bool, stream uintptr) Result {
 	if direct {
-		if r := cuStreamDestroy_v2(stream); r != ErrInvalidContext {
+		if r := cuStreamDestroy_v2(stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -1994,7 +1994,7 @@ func cuStreamSynchronize_ctx(ctx uintptr, stream uintptr) Result {
 
 func cuStreamSynchronize_auto(ctx uintptr, direct bool, stream uintptr) Result {
 	if direct {
-		if r := cuStreamSynchronize(stream); r != ErrInvalidContext {
+		if r := cuStreamSynchronize(stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2028,7 +2028,7 @@ func cuStreamQuery_ctx(ctx uintptr, stream uintptr) Result {
 
 func cuStreamQuery_auto(ctx uintptr, direct bool, stream uintptr) Result {
 	if direct {
-		if r := cuStreamQuery(stream); r != ErrInvalidContext {
+		if r := cuStreamQuery(stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2062,7 +2062,7 @@ func cuStreamWaitEvent_ctx(ctx uintptr, stream uintptr, event uintptr, flags uin
 
 func cuStreamWaitEvent_auto(ctx uintptr, direct bool, stream uintptr, event uintptr, flags uint32) Result {
 	if direct {
-		if r := cuStreamWaitEvent(stream, event, flags); r != ErrInvalidContext {
+		if r := cuStreamWaitEvent(stream, event, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2096,7 +2096,7 @@ func cuStreamGetPriority_ctx(ctx uintptr, stream uintptr, priority unsafe.Pointe
 
 func cuStreamGetPriority_auto(ctx uintptr, direct bool, stream uintptr, priority unsafe.Pointer) Result {
 	if direct {
-		if r := cuStreamGetPriority(stream, priority); r != ErrInvalidContext {
+		if r := cuStreamGetPriority(stream, priority); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2130,7 +2130,7 @@ func cuStreamGetFlags_ctx(ctx uintptr, stream uintptr, flags unsafe.Pointer) Res
 
 func cuStreamGetFlags_auto(ctx uintptr, direct bool, stream uintptr, flags unsafe.Pointer) Result {
 	if direct {
-		if r := cuStreamGetFlags(stream, flags); r != ErrInvalidContext {
+		if r := cuStreamGetFlags(stream, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2164,7 +2164,7 @@ func cuEventCreate_ctx(ctx uintptr, pevent unsafe.Pointer, flags uint32) Result 
 
 func cuEventCreate_auto(ctx uintptr, direct bool, pevent unsafe.Pointer, flags uint32) Result {
 	if direct {
-		if r := cuEventCreate(pevent, flags); r != ErrInvalidContext {
+		if r := cuEventCreate(pevent, flags); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2198,7 +2198,7 @@ func cuEventDestroy_v2_ctx(ctx uintptr, event uintptr) Result {
 
 func cuEventDestroy_v2_auto(ctx uintptr, direct bool, event uintptr) Result {
 	if direct {
-		if r := cuEventDestroy_v2(event); r != ErrInvalidContext {
+		if r := cuEventDestroy_v2(event); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2232,7 +2232,7 @@ func cuEventRecord_ctx(ctx uintptr, event uintptr, stream uintptr) Result {
 
 func cuEventRecord_auto(ctx uintptr, direct bool, event uintptr, stream uintptr) Result {
 	if direct {
-		if r := cuEventRecord(event, stream); r != ErrInvalidContext {
+		if r := cuEventRecord(event, stream); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2266,7 +2266,7 @@ func cuEventSynchronize_ctx(ctx uintptr, event uintptr) Result {
 
 func cuEventSynchronize_auto(ctx uintptr, direct bool, event uintptr) Result {
 	if direct {
-		if r := cuEventSynchronize(event); r != ErrInvalidContext {
+		if r := cuEventSynchronize(event); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2300,7 +2300,7 @@ func cuEventQuery_ctx(ctx uintptr, event uintptr) Result {
 
 func cuEventQuery_auto(ctx uintptr, direct bool, event uintptr) Result {
 	if direct {
-		if r := cuEventQuery(event); r != ErrInvalidContext {
+		if r := cuEventQuery(event); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2334,7 +2334,7 @@ func cuEventElapsedTime_ctx(ctx uintptr, ms unsafe.Pointer, start uintptr, end u
 
 func cuEventElapsedTime_auto(ctx uintptr, direct bool, ms unsafe.Pointer, start uintptr, end uintptr) Result {
 	if direct {
-		if r := cuEventElapsedTime(ms, start, end); r != ErrInvalidContext {
+		if r := cuEventElapsedTime(ms, start, end); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2370,7 +2370,7 @@ func cuPointerGetAttribute_ctx(ctx uintptr, attr int32, ptr uint64) (uint64, Res
 
 func cuPointerGetAttribute_auto(ctx uintptr, direct bool, attr int32, ptr uint64) (uint64, Result) {
 	if direct {
-		if o0, r := cuPointerGetAttribute(attr, ptr); r != ErrInvalidContext {
+		if o0, r := cuPointerGetAttribute(attr, ptr); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -2404,7 +2404,7 @@ func cuPointerGetAttributes_ctx(ctx uintptr, n uint32, attrs unsafe.Pointer, dat
 
 func cuPointerGetAttributes_auto(ctx uintptr, direct bool, n uint32, attrs unsafe.Pointer, data unsafe.Pointer, ptr uint64) Result {
 	if direct {
-		if r := cuPointerGetAttributes(n, attrs, data, ptr); r != ErrInvalidContext {
+		if r := cuPointerGetAttributes(n, attrs, data, ptr); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2438,7 +2438,7 @@ func cuModuleLoadDataEx_ctx(ctx uintptr, pmod unsafe.Pointer, image unsafe.Point
 
 func cuModuleLoadDataEx_auto(ctx uintptr, direct bool, pmod unsafe.Pointer, image unsafe.Pointer, nopts uint32, opts unsafe.Pointer, vals unsafe.Pointer) Result {
 	if direct {
-		if r := cuModuleLoadDataEx(pmod, image, nopts, opts, vals); r != ErrInvalidContext {
+		if r := cuModuleLoadDataEx(pmod, image, nopts, opts, vals); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2472,7 +2472,7 @@ func cuModuleUnload_ctx(ctx uintptr, mod uintptr) Result {
 
 func cuModuleUnload_auto(ctx uintptr, direct bool, mod uintptr) Result {
 	if direct {
-		if r := cuModuleUnload(mod); r != ErrInvalidContext {
+		if r := cuModuleUnload(mod); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2506,7 +2506,7 @@ func cuModuleGetFunction_ctx(ctx uintptr, pfn unsafe.Pointer, mod uintptr, name 
 
 func cuModuleGetFunction_auto(ctx uintptr, direct bool, pfn unsafe.Pointer, mod uintptr, name unsafe.Pointer) Result {
 	if direct {
-		if r := cuModuleGetFunction(pfn, mod, name); r != ErrInvalidContext {
+		if r := cuModuleGetFunction(pfn, mod, name); !wrongContext(ctx, r) {
 			return r
 		}
 	}
@@ -2542,7 +2542,7 @@ func cuFuncGetAttribute_ctx(ctx uintptr, attr int32, hfunc uintptr) (uint64, Res
 
 func cuFuncGetAttribute_auto(ctx uintptr, direct bool, attr int32, hfunc uintptr) (uint64, Result) {
 	if direct {
-		if o0, r := cuFuncGetAttribute(attr, hfunc); r != ErrInvalidContext {
+		if o0, r := cuFuncGetAttribute(attr, hfunc); !wrongContext(ctx, r) {
 			return o0, r
 		}
 	}
@@ -2576,7 +2576,7 @@ func cuLaunchKernel_ctx(ctx uintptr, hfunc uintptr, gx uint32, gy uint32, gz uin
 
 func cuLaunchKernel_auto(ctx uintptr, direct bool, hfunc uintptr, gx uint32, gy uint32, gz uint32, bx uint32, by uint32, bz uint32, shmem uint32, stream uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result {
 	if direct {
-		if r := cuLaunchKernel(hfunc, gx, gy, gz, bx, by, bz, shmem, stream, params, extra); r != ErrInvalidContext {
+		if r := cuLaunchKernel(hfunc, gx, gy, gz, bx, by, bz, shmem, stream, params, extra); !wrongContext(ctx, r) {
 			return r
 		}
 	}

@@ -93,19 +93,24 @@ func streamAfter(d dlpack.Device, h uintptr, afterLegacy bool) (*cuda.Stream, er
 		return nil, engineErr(err)
 	}
 	if h == 0 && afterLegacy {
-		// An idle legacy stream (the common case: PyTorch and CuPy work
-		// there, and most callers synchronized) has nothing to order
-		// after: one query then replaces an event record and a stream
-		// wait, and the copy does not wait on the GPU for that event. A
-		// failed query falls back to the event.
-		if idle, err := s.Context().LegacyStream().Query(); err == nil && idle {
-			return s, nil
-		}
-		if err := zerocopy.WaitStream(s, uintptr(StreamLegacy)); err != nil {
-			return nil, engineErr(err)
+		if err := orderAfterLegacy(s, s.Context().LegacyStream()); err != nil {
+			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// orderAfterLegacy orders s after the work queued so far on legacy, a
+// device's legacy default stream. An idle legacy stream (the common case:
+// PyTorch and CuPy work there, and most callers synchronized) has nothing
+// to order after: one query then replaces an event record and a stream
+// wait, and the copy does not wait on the GPU for that event. A failed
+// query falls back to the event.
+func orderAfterLegacy(s, legacy *cuda.Stream) error {
+	if idle, err := legacy.Query(); err == nil && idle {
+		return nil
+	}
+	return engineErr(zerocopy.OrderAfter(s, legacy))
 }
 
 // complete waits for the write pending on v, unless nonBlocking leaves it
@@ -208,7 +213,11 @@ func orderWorkStream(v *zerocopy.View) error {
 
 // copyStream is the stream for a copy from a view on device sd to one on
 // dd: handle opts.Stream (0: the work stream) of the device whose context
-// runs it (dd when it is a CUDA device, else sd).
+// runs it (dd when it is a CUDA device, else sd). The work stream of a
+// copy between two devices is ordered after both devices' legacy default
+// streams: PyTorch and CuPy write the source on its own device's (pytest
+// on two H200s: a copy from cuda:1 ordered after cuda:0's alone read the
+// value from before PyTorch's last write).
 func copyStream(dd, sd dlpack.Device, opts CopyOptions) (*cuda.Stream, error) {
 	for _, d := range []dlpack.Device{dd, sd} {
 		if isCUDA(d) && !CUDAAvailable() {
@@ -218,7 +227,18 @@ func copyStream(dd, sd dlpack.Device, opts CopyOptions) (*cuda.Stream, error) {
 	if !isCUDA(dd) {
 		dd = sd
 	}
-	return streamAfter(dd, opts.Stream, !opts.Private)
+	s, err := streamAfter(dd, opts.Stream, !opts.Private)
+	if err != nil || opts.Stream != 0 || opts.Private || !isCUDA(sd) || sd == dd {
+		return s, err
+	}
+	legacy, err := zerocopy.StreamOf(int(sd.ID), uintptr(StreamLegacy))
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	if err := orderAfterLegacy(s, legacy); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // copyComplete copies (converting) src into dst on stream s and waits for

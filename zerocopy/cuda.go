@@ -429,24 +429,22 @@ func VerifyCUDA(v *View) error {
 	if hi <= lo {
 		return nil
 	}
-	// Ask about the first byte; if the driver does not know it, ask about
-	// the data pointer too, so the error can say "starts before".
+	// Ask about the data pointer (element [0,...], always inside the span):
+	// the view is of its allocation, and a span that starts before it is
+	// then reported as such, even where the bytes before it belong to other
+	// memory (on two H200s the 12 bytes before a cuMemAlloc block were
+	// pinned host memory, and asking about the first byte said only that).
 	first := v.Ptr() + uintptr(lo) // lo may be negative: wraps as intended
-	a, err := cuda.PointerGetAttributes(cuda.DevicePtr(first))
+	a, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.Ptr()))
 	if err != nil {
 		return fmt.Errorf("zerocopy: VerifyCUDA: %w", err)
 	}
 	span := fmt.Sprintf("span %s = [%#x, %#x)", relSpan(lo, hi), first, v.Ptr()+uintptr(hi))
-	if !a.Known() && lo != 0 {
-		if b, err := cuda.PointerGetAttributes(cuda.DevicePtr(v.Ptr())); err == nil && b.Known() {
-			a = b
-		}
-	}
 	if !a.Known() {
-		return fmt.Errorf("%w: VerifyCUDA: %s: %s starts at an address the driver knows no allocation at (pageable host memory, freed memory or garbage)",
+		return fmt.Errorf("%w: VerifyCUDA: %s: %s: its data pointer is at an address the driver knows no allocation at (pageable host memory, freed memory or garbage)",
 			ErrNotInAllocation, v, span)
 	}
-	kind := kindOf(first, a)
+	kind := kindOf(v.Ptr(), a)
 	switch v.device.Type {
 	case dlpack.CUDA:
 		if kind != PointerDevice {

@@ -23,7 +23,10 @@
  *     current context is per OS thread. Calls that need one fail with
  *     CUDA_ERROR_INVALID_CONTEXT without. Calls on a stream or event use
  *     the object's own context (as the real driver does) unless strict
- *     mode is on (FAKECUDA_STRICT_CTX=1 or fakecuda_set_strict_ctx(1)).
+ *     mode is on (FAKECUDA_STRICT_CTX=1 or fakecuda_set_strict_ctx(1)):
+ *     then a stream call needs a current context, and one of the stream's
+ *     own (another gives CUDA_ERROR_INVALID_VALUE, as the real driver
+ *     answered on two GPUs).
  *   - Streams are ordered queues. Work queued on a created stream runs
  *     only when something waits for it: cuStreamSynchronize, cuCtxSynchronize,
  *     cuEventSynchronize of an event recorded on it, a stream that waits
@@ -504,6 +507,10 @@ static int resolve(void *h, fstream **out, fctx **c) {
         return CUDA_ERROR_INVALID_HANDLE;
     }
     if (!s->ctx->active) return CUDA_ERROR_INVALID_CONTEXT;
+    /* Strict mode: a stream of another context than the current one is
+     * refused, as the real driver refuses cuMemcpyHtoDAsync on a stream of
+     * device 0 while device 1's context is current. */
+    if (strict_ctx && tls_cur && tls_cur != s->ctx) return CUDA_ERROR_INVALID_VALUE;
     *out = s;
     *c = s->ctx;
     return 0;

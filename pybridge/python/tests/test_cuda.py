@@ -280,6 +280,25 @@ def test_own_work_orders_after_a_busy_default_stream():
     assert dst.sum() == 5.0 * (1 << 20)
 
 
+def test_peer_copy_orders_after_the_source_devices_default_stream():
+    """A copy from cuda:1 into cuda:0 on dlbridge's work stream waits for
+    what torch queued on cuda:1's default (legacy) stream, not only for
+    cuda:0's (on two H200s it read the value from before torch's write)."""
+    torch = _torch_cuda()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    x = torch.zeros(1 << 20, device="cuda:1")
+    g = dlbridge.from_dlpack(x)
+    torch.cuda.synchronize(1)
+    with torch.cuda.device(1):
+        torch.cuda._sleep(100_000_000)  # cuda:1's default stream: busy for a while
+        x.fill_(5.0)
+        assert not torch.cuda.default_stream(1).query()
+    dst = dlbridge.empty(1 << 20, device="cuda:0")
+    dst.copy_(g)
+    assert dst.sum() == 5.0 * (1 << 20)
+
+
 @pytest.mark.parametrize("hops", [1, 2])
 @pytest.mark.parametrize("path", ["dlpack", "cai"])
 def test_chain_torch_to_dlbridge_to_torch(hops, path):
