@@ -23,11 +23,15 @@ import (
 // time (8-15 GB/s on the H100 machine against 55 GB/s from pinned memory).
 // The Copier does better in two ways:
 //
-//   - staged: a ring of pinned buffers; the ring's crew of workers copies
-//     the next chunks into free buffers while the DMA engine moves the
-//     previous ones, so the transfer runs at the speed of a parallel host
-//     memcpy rather than the driver's staging (1 GiB there: 47-51 GB/s up,
-//     54 down; crew.go says why the workers park in the kernel);
+//   - staged: a ring of pinned buffers; the ring's crew of workers (and
+//     the caller) copies the next chunks into free buffers while the DMA
+//     engine moves the previous ones, so the transfer runs at the speed of
+//     a parallel host memcpy rather than the driver's staging (1 GiB there:
+//     47-51 GB/s up, 54 down; crew.go says why the workers park in the
+//     kernel). The workers publish the pieces themselves, without a
+//     coordinator: a 64 MiB upload's first DMA starts at 0.1-0.2 ms and its
+//     host side ends at about 1 ms, so the DMA engine is the limit there
+//     (BenchmarkStagedTimeline, bench/results/h100-2026-11-23-session6);
 //   - registered: a Go buffer that is transferred again and again is
 //     page-locked once (cuMemHostRegister), after which the DMA engines read
 //     it directly at the pinned rate; it is unregistered when the last view
@@ -88,13 +92,15 @@ type CopierOptions struct {
 	ChunkBytes int64
 	// Buffers is the number of staging buffers in a ring (default 4).
 	Buffers int
-	// Workers is the number of goroutines that copy chunks on the host
-	// (default three quarters of GOMAXPROCS, at most 8). The host copies
-	// share the memory bus with the DMA that reads the staging buffers, and
-	// on the 16-core H100 machine 8 workers beat 12 at every size once
-	// the DMAs went in piece order: BenchmarkStagedWorkers, 8 and 12
-	// alternated in one run, 64 MiB 25-32 against 24-27 GB/s, 1 GiB 50-52
-	// against 48-50 (bench/results/h100-2026-11-23-session5).
+	// Workers is the number of goroutines that copy chunks on the host,
+	// the calling one included (default three quarters of GOMAXPROCS, at
+	// most 8). The host copies share the memory bus with the DMA that reads
+	// the staging buffers, and on the 16-core H100 machine 8 workers beat
+	// 12 at every size once the DMAs went in piece order:
+	// BenchmarkStagedWorkers, 8 and 12 alternated in one run, 64 MiB 25-32
+	// against 24-27 GB/s, 1 GiB 50-52 against 48-50
+	// (bench/results/h100-2026-11-23-session5). Since the pipeline lost its
+	// coordinator, 8 and 9 measure the same (session6, run4).
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
 	// direct (default 4 MiB: below it the driver's own staging is as fast).
