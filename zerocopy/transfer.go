@@ -767,7 +767,7 @@ func (p *pipeline) ready(i int) bool {
 // publishReady publishes every piece whose buffer is ready, in piece
 // order, on whichever worker calls it first. Every worker that may have
 // made a piece ready (it finished a piece's host copies, or queued its
-// DMA) calls it, and so does each worker as it starts. One worker
+// DMA) calls it, and the caller does once the tasks are cut. One worker
 // publishes at a time; a worker that finds another publishing leaves a
 // note (recheck) that the publisher reads after it lets go, so no ready
 // piece is left unpublished while the workers sleep.
