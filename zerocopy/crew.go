@@ -42,7 +42,7 @@ func (c *crew) loop() {
 	for {
 		seen = c.gen.waitChange(seen)
 		if c.woken.Swap(seen) != seen {
-			c.gen.wake() // the first worker up wakes the others (see run)
+			c.gen.wake() // the first worker up wakes the others (see start)
 		}
 		if c.quit.Load() {
 			return
