@@ -94,3 +94,28 @@ func (g *gate) spinUntil(v uint32, d time.Duration) {
 		}
 	}
 }
+
+// oneAtATime runs a job on one goroutine at a time, and once more after
+// it whenever another asked for it meanwhile: one that finds the job
+// running leaves a note (again) that the runner reads after it lets go,
+// so no request is lost while the one that made it goes on without
+// waiting. The staged pipeline publishes pieces and queues DMAs this way:
+// a mutex parked a waiting worker in the Go scheduler, and the caller's
+// goroutine, locked to its thread in a call from C (Python), then handed
+// its P away and had to win one back.
+type oneAtATime struct {
+	busy, again atomic.Bool
+}
+
+// do runs f now, or leaves it to the goroutine running it.
+func (o *oneAtATime) do(f func()) {
+	o.again.Store(true)
+	for o.again.Load() {
+		if o.busy.Load() || !o.busy.CompareAndSwap(false, true) {
+			return // the runner will see again
+		}
+		o.again.Store(false)
+		f()
+		o.busy.Store(false)
+	}
+}

@@ -556,14 +556,12 @@ type pipeline struct {
 	ntasks    atomic.Int32  // len(all) once the tasks are cut
 
 	// Publishing, by one worker at a time (see publishReady).
-	publishing atomic.Bool
-	recheck    atomic.Bool  // a piece may have become ready since the publisher looked
+	publishing oneAtATime
 	nextPub    atomic.Int32 // the first piece not published
 
 	// An upload's DMAs are queued in piece order, by one worker at a time
 	// (see packed).
-	queuing    atomic.Bool
-	requeue    atomic.Bool  // a piece may have been packed since the queuer looked
+	queuing    oneAtATime
 	nextDMA    atomic.Int32 // the first piece whose DMA is not queued
 	downloaded atomic.Int32 // a download's pieces whose host copies are done
 
@@ -642,6 +640,15 @@ func (p *pipeline) failed() error {
 func (p *pipeline) stage(i int) (uintptr, []int64) {
 	s := &p.at[i]
 	return uintptr(p.r.bufs[s.b].Ptr()) + uintptr(s.off+s.elem0), s.strides
+}
+
+// queue queues the DMA of piece i between its buffer and the device, and
+// records the buffer's event after it.
+func (p *pipeline) queue(i int) error {
+	if err := p.move(i); err != nil {
+		return err
+	}
+	return p.r.evs[p.at[i].b].Record(p.x.s)
 }
 
 // move queues the DMA of piece i between its buffer and the device.
@@ -768,41 +775,32 @@ func (p *pipeline) ready(i int) bool {
 // order, on whichever worker calls it first. Every worker that may have
 // made a piece ready (it finished a piece's host copies, or queued its
 // DMA) calls it, and the caller does once the tasks are cut. One worker
-// publishes at a time; a worker that finds another publishing leaves a
-// note (recheck) that the publisher reads after it lets go, so no ready
-// piece is left unpublished while the workers sleep.
+// publishes at a time (oneAtATime), so no ready piece is left unpublished
+// while the workers sleep.
 //
 // Publishing piece i into buffer b waits for the buffer's last DMA (its
 // event), then, for a download, queues the piece's DMA into the buffer.
 // After an error it publishes without either, so that every task is
 // claimed (and skipped) and the workers end.
-func (p *pipeline) publishReady() {
-	p.recheck.Store(true)
-	for p.recheck.Load() {
-		if p.publishing.Load() || !p.publishing.CompareAndSwap(false, true) {
-			return // the publisher will see recheck
-		}
-		p.recheck.Store(false)
-		for i := int(p.nextPub.Load()); i < len(p.ps) && p.ready(i); i++ {
-			b := p.at[i].b
-			if p.at[i].first && p.failed() == nil {
-				trace("buffer-free", i)
-				if err := p.r.evs[b].Synchronize(); err != nil {
-					p.fail(err)
-				}
-				trace("buffer-dma-done", i)
+func (p *pipeline) publishReady() { p.publishing.do(p.publish) }
+
+// publish is publishReady's work, on one worker at a time.
+func (p *pipeline) publish() {
+	for i := int(p.nextPub.Load()); i < len(p.ps) && p.ready(i); i++ {
+		if p.at[i].first && p.failed() == nil {
+			trace("buffer-free", i)
+			if err := p.r.evs[p.at[i].b].Synchronize(); err != nil {
+				p.fail(err)
 			}
-			if !p.h2d && p.failed() == nil {
-				if err := p.move(i); err != nil {
-					p.fail(err)
-				} else if err := p.r.evs[b].Record(p.x.s); err != nil {
-					p.fail(err)
-				}
-			}
-			p.nextPub.Store(int32(i + 1))
-			p.published.store(uint32(p.first[i+1]))
+			trace("buffer-dma-done", i)
 		}
-		p.publishing.Store(false)
+		if !p.h2d && p.failed() == nil {
+			if err := p.queue(i); err != nil {
+				p.fail(err)
+			}
+		}
+		p.nextPub.Store(int32(i + 1))
+		p.published.store(uint32(p.first[i+1]))
 	}
 }
 
@@ -816,15 +814,9 @@ func (p *pipeline) inline() error {
 	t := &p.all[0]
 	if p.h2d {
 		hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
-		if err := p.move(0); err != nil {
-			return err
-		}
-		return ev.Record(x.s)
+		return p.queue(0)
 	}
-	if err := p.move(0); err != nil {
-		return err
-	}
-	if err := ev.Record(x.s); err != nil {
+	if err := p.queue(0); err != nil {
 		return err
 	}
 	if err := ev.Synchronize(); err != nil {
@@ -922,34 +914,22 @@ const taskSpin = 200 * time.Microsecond
 // showed it on the H100: pieces 5, 6, 7 and then 4 queued, so the next
 // piece's copies waited 1.1 ms with the host idle.
 //
-// One worker queues at a time; one that finds another queuing leaves a
-// note (requeue) that the queuer reads after it lets go, as publishReady
-// does. A mutex here parked a waiting worker in the Go scheduler, and the
-// caller's goroutine, locked to its thread in a call from C (Python), then
-// handed its P away and had to win one back.
-func (p *pipeline) packed() {
-	p.requeue.Store(true)
-	for p.requeue.Load() {
-		if p.queuing.Load() || !p.queuing.CompareAndSwap(false, true) {
-			return // the queuer will see requeue
-		}
-		p.requeue.Store(false)
-		for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
-			b := p.at[j].b
-			if p.failed() == nil {
-				if err := p.move(j); err != nil {
-					p.fail(err)
-				} else if err := p.r.evs[b].Record(p.x.s); err != nil {
-					p.fail(err)
-				}
-				trace("dma-queued", j)
+// One worker queues at a time (oneAtATime).
+func (p *pipeline) packed() { p.queuing.do(p.queuePacked) }
+
+// queuePacked is packed's work, on one worker at a time.
+func (p *pipeline) queuePacked() {
+	for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
+		if p.failed() == nil {
+			if err := p.queue(j); err != nil {
+				p.fail(err)
 			}
-			p.nextDMA.Store(int32(j + 1))
-			if j == len(p.ps)-1 {
-				p.end.store(1)
-			}
+			trace("dma-queued", j)
 		}
-		p.queuing.Store(false)
+		p.nextDMA.Store(int32(j + 1))
+		if j == len(p.ps)-1 {
+			p.end.store(1)
+		}
 	}
 }
 
