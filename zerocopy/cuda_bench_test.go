@@ -35,7 +35,7 @@ func benchCopy(b *testing.B, size int, dir, path string) {
 		h, err = zerocopy.AllocPinned(dlpack.Uint8Type, int64(size))
 		h = mustView(b, h, err)
 	} else {
-		h = goView(b, make([]byte, size), dlpack.Uint8Type)
+		h = goView(b, pattern(size, 1), dlpack.Uint8Type)
 		forced, _ = zerocopy.ParseTransferPath(path)
 	}
 	c := newCopier(b, zerocopy.CopierOptions{})
@@ -127,7 +127,7 @@ func BenchmarkCopyCUDAStagedSweep(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				d, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, int64(size))
 				d = mustView(b, d, err)
-				h := goView(b, make([]byte, size), dlpack.Uint8Type)
+				h := goView(b, pattern(size, 1), dlpack.Uint8Type)
 				c := newCopier(b, zerocopy.CopierOptions{ChunkBytes: k.chunk, Workers: k.workers})
 				if _, err := c.CopyVia(d, h, nil, zerocopy.PathStaged); err != nil {
 					b.Fatal(err)
@@ -161,7 +161,7 @@ func BenchmarkStagedParts(b *testing.B) {
 	d = mustView(b, d, err)
 	p, err := zerocopy.AllocPinned(dlpack.Uint8Type, size)
 	p = mustView(b, p, err)
-	h := goView(b, make([]byte, size), dlpack.Uint8Type)
+	h := goView(b, pattern(size, 1), dlpack.Uint8Type)
 	settle := func(b *testing.B) {
 		if err := d.Synchronize(); err != nil {
 			b.Fatal(err)

@@ -26,7 +26,7 @@ func BenchmarkSmallCopyParts(b *testing.B) {
 	d = mustView(b, d, err)
 	d2, err := zerocopy.AllocCUDA(0, dlpack.Uint8Type, n)
 	d2 = mustView(b, d2, err)
-	buf := make([]byte, n)
+	buf := pattern(int(n), 1)
 	h := goView(b, buf, dlpack.Uint8Type)
 	dp, dp2 := cuda.DevicePtr(d.Ptr()), cuda.DevicePtr(d2.Ptr())
 	sync := func(b *testing.B, v *zerocopy.View) {

@@ -31,17 +31,6 @@ func (g *gate) store(v uint32) {
 	g.wake()
 }
 
-// storeWakeOne sets the counter and wakes one waiter, which is to wake the
-// others (wake): a futex wake costs the caller about one wake-up of a
-// vCPU per thread on the H100 machine, and the one that stores has work
-// of its own to start.
-func (g *gate) storeWakeOne(v uint32) {
-	g.v.Store(v)
-	if g.waiters.Load() > 0 {
-		syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&g.v)), futexWakePrivate, 1, 0, 0, 0)
-	}
-}
-
 // wake wakes every waiter.
 func (g *gate) wake() {
 	if g.waiters.Load() > 0 {

@@ -34,10 +34,6 @@ func (g *gate) store(v uint32) {
 	g.mu.Unlock()
 }
 
-// storeWakeOne sets the counter; a condition variable wakes every waiter
-// at once anyway.
-func (g *gate) storeWakeOne(v uint32) { g.store(v) }
-
 // wake has nothing to do: store woke every waiter.
 func (g *gate) wake() {}
 

@@ -114,6 +114,11 @@ type CopierOptions struct {
 	RegisterMin int64
 }
 
+// maxDefaultWorkers caps the default Workers. A variable so that a
+// diagnosis build (trace_dlbtrace.go) can try other counts in a process it
+// does not own, such as Python's.
+var maxDefaultWorkers = 8
+
 func (o CopierOptions) withDefaults() CopierOptions {
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = 8 << 20
@@ -122,7 +127,7 @@ func (o CopierOptions) withDefaults() CopierOptions {
 		o.Buffers = 4
 	}
 	if o.Workers <= 0 {
-		o.Workers = min(max(runtime.GOMAXPROCS(0)*3/4, 1), 8)
+		o.Workers = min(max(runtime.GOMAXPROCS(0)*3/4, 1), maxDefaultWorkers)
 	}
 	if o.StagedMin <= 0 {
 		o.StagedMin = 4 << 20

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // BenchmarkWakeWorkers measures how long 12 idle goroutines take to start
@@ -69,5 +72,86 @@ func BenchmarkWakeWorkers(b *testing.B) {
 		return out
 	})
 	for b.Loop() {
+	}
+}
+
+// BenchmarkWakeCrew measures when each of 7 goroutines parked in a gate
+// (a staged transfer's crew with 8 workers) starts after one store, by
+// how they are woken: the storer wakes all (all, crew since session 7),
+// the storer wakes one that wakes all (relay, crew before), or the storer
+// wakes two and each woken one wakes two more (tree). The threads idle
+// 2 ms or 100 ms between rounds: after 100 ms on the GPU machine's virtual
+// CPUs a Python upload's workers started 37 us apart (session 7, run6).
+// There (run7) after 100 ms: median start all 58-67 us, relay 118-122,
+// tree 114-115; last start all 117-202, relay 174-249, tree 173-183.
+//
+//	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench WakeCrew -test.benchtime 1x
+func BenchmarkWakeCrew(b *testing.B) {
+	const n = 7
+	for _, idle := range []time.Duration{2 * time.Millisecond, 100 * time.Millisecond} {
+		for _, how := range []string{"all", "relay", "tree"} {
+			rounds := min(50, int(3*time.Second/idle))
+			var med, last []float64
+			var g gate
+			var woken atomic.Uint32
+			out := make([]atomic.Int64, n) // ns from t0
+			var t0 atomic.Int64            // UnixNano of the store
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					var seen uint32
+					for r := 0; r < rounds; r++ {
+						seen = g.waitChange(seen)
+						switch how {
+						case "relay":
+							if woken.Swap(seen) != seen {
+								g.wake()
+							}
+						case "tree":
+							wakeUpTo(&g, 2)
+						}
+						out[i].Store(time.Now().UnixNano() - t0.Load())
+					}
+				})
+			}
+			for r := range rounds {
+				time.Sleep(idle)
+				ds := make([]time.Duration, n)
+				for i := range out {
+					ds[i] = time.Duration(out[i].Load())
+				}
+				if r > 0 {
+					slices.Sort(ds)
+					med = append(med, float64(ds[n/2].Nanoseconds())/1e3)
+					last = append(last, float64(ds[n-1].Nanoseconds())/1e3)
+				}
+				t0.Store(time.Now().UnixNano())
+				switch how {
+				case "all":
+					g.store(uint32(r + 1))
+				case "relay":
+					g.v.Store(uint32(r + 1))
+					wakeUpTo(&g, 1)
+				case "tree":
+					g.v.Store(uint32(r + 1))
+					wakeUpTo(&g, 2)
+				}
+			}
+			wg.Wait()
+			slices.Sort(med)
+			slices.Sort(last)
+			k := len(med)
+			fmt.Printf("wake crew idle %v %-5s n=%d: median start p50 %.1f us, last start p50 %.1f us, p90 %.1f us\n",
+				idle, how, n, med[k/2], last[k/2], last[k*9/10])
+		}
+	}
+	for b.Loop() {
+	}
+}
+
+// wakeUpTo wakes up to n of g's waiters (gate wakes all of them).
+func wakeUpTo(g *gate, n int) {
+	if g.waiters.Load() > 0 {
+		syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&g.v)), futexWakePrivate, uintptr(n), 0, 0, 0)
 	}
 }
