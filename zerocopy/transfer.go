@@ -926,6 +926,7 @@ func (p *pipeline) packed() { p.queuing.do(p.queuePacked) }
 func (p *pipeline) queuePacked() {
 	for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
 		if p.failed() == nil {
+			trace("dma-call", j)
 			if err := p.queue(j); err != nil {
 				p.fail(err)
 			}
