@@ -3,7 +3,6 @@ package zerocopy
 import (
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"sort"
@@ -552,13 +551,16 @@ type pipeline struct {
 	err  atomic.Pointer[error]
 
 	// The host copies of every piece, in piece order; piece i's are
-	// all[first[i]:first[i+1]]. A piece's tasks are published once its
-	// buffer is ready (see publishReady); the workers claim them in order.
+	// all[first[i]:first[i+1]]. A piece's tasks are published once they
+	// are cut and its buffer is ready (see publishReady); the workers
+	// claim them in order. The caller cuts them (cutPiece), the first
+	// piece's before the crew may start.
 	all       []pipeTask
+	nall      int // all[:nall] are cut; the caller's alone
 	first     []int
+	cut       atomic.Int32  // pieces [0, cut) are cut
 	published gate          // tasks [0, published) may be taken
 	claimed   atomic.Uint32 // the next task to claim
-	ntasks    atomic.Int32  // len(all) once the tasks are cut
 
 	// Publishing, by one worker at a time (see publishReady).
 	publishing oneAtATime
@@ -653,6 +655,7 @@ func (p *pipeline) queue(i int) error {
 	if err := p.move(i); err != nil {
 		return err
 	}
+	trace("dma-moved", i)
 	return p.r.evs[p.at[i].b].Record(p.x.s)
 }
 
@@ -670,15 +673,39 @@ func (p *pipeline) move(i int) error {
 	return dmaOrKernel(x, &pl, bp, db, memPinned, p.dev.kind)
 }
 
-// split cuts piece i into host copy tasks along its largest dimension:
-// about one per worker, none smaller than minPart bytes.
+// split cuts piece i into host copy tasks (as cuts says) and returns how
+// many.
 func (p *pipeline) split(i int, emit func(pipeTask)) int {
 	pc, b := p.ps[i], p.at[i].b
 	bp, bs := p.stage(i)
 	hp := p.host.base + uintptr(pc.hoff*p.x.is)
-	n := p.x.is
-	dim, ext := -1, int64(1)
-	for d, e := range pc.shape {
+	dim, per, count := p.cuts(i)
+	if dim < 0 {
+		emit(pipeTask{i: i, b: b, shape: pc.shape, hp: hp, bp: bp, bstrides: bs})
+		return 1
+	}
+	nd := len(pc.shape)
+	shapes := make([]int64, int(count)*nd) // the tasks' shapes, one allocation
+	ext := pc.shape[dim]
+	for k := range int(count) {
+		start := int64(k) * per
+		sub := shapes[k*nd : (k+1)*nd : (k+1)*nd]
+		copy(sub, pc.shape)
+		sub[dim] = min(per, ext-start)
+		emit(pipeTask{i: i, b: b, shape: sub, bstrides: bs,
+			hp: hp + uintptr(start*p.host.strides[dim]*p.x.is),
+			bp: bp + uintptr(start*bs[dim]*p.x.is)})
+	}
+	return int(count)
+}
+
+// cuts says how split cuts piece i: along its largest dimension dim, per
+// elements of it a task, count tasks (about one per worker, none smaller
+// than minPart bytes); dim is -1 for one task of the whole piece.
+func (p *pipeline) cuts(i int) (dim int, per, count int64) {
+	n, ext := p.x.is, int64(1)
+	dim = -1
+	for d, e := range p.ps[i].shape {
 		n *= e
 		if e > ext {
 			dim, ext = d, e
@@ -686,23 +713,10 @@ func (p *pipeline) split(i int, emit func(pipeTask)) int {
 	}
 	parts := min(int64(p.x.c.opts.Workers), max(n/minPart, 1), ext)
 	if parts <= 1 || dim < 0 {
-		emit(pipeTask{i: i, b: b, shape: pc.shape, hp: hp, bp: bp, bstrides: bs})
-		return 1
+		return -1, 0, 1
 	}
-	per := (ext + parts - 1) / parts
-	nd := len(pc.shape)
-	shapes := make([]int64, int(parts)*nd) // the tasks' shapes, one allocation
-	k := 0
-	for start := int64(0); start < ext; start += per {
-		sub := shapes[k*nd : (k+1)*nd : (k+1)*nd]
-		copy(sub, pc.shape)
-		sub[dim] = min(per, ext-start)
-		emit(pipeTask{i: i, b: b, shape: sub, bstrides: bs,
-			hp: hp + uintptr(start*p.host.strides[dim]*p.x.is),
-			bp: bp + uintptr(start*bs[dim]*p.x.is)})
-		k++
-	}
-	return k
+	per = (ext + parts - 1) / parts
+	return dim, per, (ext + per - 1) / per
 }
 
 // stagedTrace, when a benchmark of this package sets it, hears each step
@@ -718,9 +732,9 @@ func trace(step string, piece int) {
 
 func (p *pipeline) run() error {
 	p.place()
-	p.ntasks.Store(math.MaxInt32) // not known yet: claim waits
+	p.prepare()
 	if len(p.ps) == 1 {
-		if p.build(); len(p.all) == 1 {
+		if p.cutPiece(0); p.nall == 1 {
 			return p.inline()
 		}
 	}
@@ -732,15 +746,22 @@ func (p *pipeline) run() error {
 	// The crew is woken first: its threads come up (tens of microseconds
 	// on the H100 machine) while this one cuts the tasks.
 	p.r.crew.start(p.work)
-	if p.all == nil {
-		p.build()
-	}
-	p.ntasks.Store(int32(len(p.all)))
+	trace("crew", -1)
 	// There is no coordinator: the workers publish the pieces themselves
 	// (publishReady), this goroutine the first ones. A coordinator
 	// goroutine that waited on channels was woken by the Go scheduler,
 	// tens of microseconds late on the H100 machine each time a buffer
 	// came free, while a worker that frees a buffer is running already.
+	// The first piece is published as soon as it is cut, so that the
+	// crew starts on it while this goroutine cuts the rest (50-450 us in
+	// a Python process on the H100 machine, session 7 run2).
+	for i := int(p.cut.Load()); i < len(p.ps); i++ {
+		p.cutPiece(i)
+		if i == 0 {
+			p.publishReady()
+		}
+	}
+	trace("tasks", -1)
 	p.publishReady()
 	p.work()
 	p.end.spinUntil(1, taskSpin) // the other workers' last tasks
@@ -748,17 +769,32 @@ func (p *pipeline) run() error {
 	return p.failed()
 }
 
-// build cuts every piece into its host copy tasks.
-func (p *pipeline) build() {
+// prepare makes room for the host copy tasks of every piece and counts
+// them: all has a fixed length, so that cutting more tasks never moves
+// the ones the workers already read.
+func (p *pipeline) prepare() {
 	p.left = make([]atomic.Int32, len(p.ps))
 	p.first = make([]int, len(p.ps)+1)
+	n := 0
 	for i := range p.ps {
-		p.first[i] = len(p.all)
-		n := p.split(i, func(t pipeTask) { p.all = append(p.all, t) })
-		p.left[i].Store(int32(n))
+		_, _, k := p.cuts(i)
+		n += int(k)
 	}
-	p.first[len(p.ps)] = len(p.all)
-	trace("tasks", -1)
+	// Counted before the crew starts: a worker that has claimed every
+	// published task sleeps until more are published, unless there are
+	// no more to come.
+	p.all = make([]pipeTask, n)
+}
+
+// cutPiece cuts piece i (the next one) into its host copy tasks, and
+// then counts it as cut (publish publishes only cut pieces).
+func (p *pipeline) cutPiece(i int) {
+	// first[i] was set with piece i-1 (first[0] is 0), and publish may
+	// be reading it: it is not written again.
+	n := p.split(i, func(t pipeTask) { p.all[p.nall] = t; p.nall++ })
+	p.left[i].Store(int32(n))
+	p.first[i+1] = p.nall
+	p.cut.Store(int32(i + 1))
 }
 
 // ready reports whether piece i's buffer is free of the host work of the
@@ -791,7 +827,7 @@ func (p *pipeline) publishReady() { p.publishing.do(p.publish) }
 
 // publish is publishReady's work, on one worker at a time.
 func (p *pipeline) publish() {
-	for i := int(p.nextPub.Load()); i < len(p.ps) && p.ready(i); i++ {
+	for i := int(p.nextPub.Load()); i < int(p.cut.Load()) && p.ready(i); i++ {
 		if p.at[i].first && p.failed() == nil {
 			trace("buffer-free", i)
 			if err := p.r.evs[p.at[i].b].Synchronize(); err != nil {
@@ -889,9 +925,8 @@ func (p *pipeline) claim() (uint32, bool) {
 			}
 			continue
 		}
-		// Read after published: the tasks are cut before the first is
-		// published, and a worker may start before that.
-		if int64(j) >= int64(p.ntasks.Load()) {
+		// all is as long as every task, cut or not (prepare).
+		if int(j) >= len(p.all) {
 			return 0, false
 		}
 		if n%64 == 0 { // a clock read every 64 polls
@@ -924,7 +959,8 @@ func (p *pipeline) packed() { p.queuing.do(p.queuePacked) }
 
 // queuePacked is packed's work, on one worker at a time.
 func (p *pipeline) queuePacked() {
-	for j := int(p.nextDMA.Load()); j < len(p.ps) && p.left[j].Load() == 0; j++ {
+	// A piece not cut yet has no tasks left either, but nothing packed.
+	for j := int(p.nextDMA.Load()); j < int(p.cut.Load()) && p.left[j].Load() == 0; j++ {
 		if p.failed() == nil {
 			trace("dma-call", j)
 			if err := p.queue(j); err != nil {

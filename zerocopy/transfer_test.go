@@ -403,11 +403,15 @@ func TestStagedDriverErrorMidTransfer(t *testing.T) {
 	d := devWith(t, 0, make([]byte, size), dlpack.Uint8Type, size)
 	for _, fn := range []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventSynchronize"} {
 		t.Run(fn, func(t *testing.T) {
-			fakeInject(t, fn, cuda.ErrInvalidValue, 3)
+			// An error a direct call may get for another context than
+			// its own (CUDA_ERROR_INVALID_VALUE) is retried with the right
+			// one, and the retry would pass the one-shot injection on a
+			// crew thread with no context current: inject one that is not.
+			fakeInject(t, fn, cuda.ErrIllegalAddress, 3)
 			_, errUp := c.CopyVia(d, h, nil, zerocopy.PathStaged)
 			_, errDown := c.CopyVia(hb, d, nil, zerocopy.PathStaged)
-			if !errors.Is(errUp, cuda.ErrInvalidValue) && !errors.Is(errDown, cuda.ErrInvalidValue) {
-				t.Fatalf("upload: %v, download: %v; want CUDA_ERROR_INVALID_VALUE from one", errUp, errDown)
+			if !errors.Is(errUp, cuda.ErrIllegalAddress) && !errors.Is(errDown, cuda.ErrIllegalAddress) {
+				t.Fatalf("upload: %v, download: %v; want CUDA_ERROR_ILLEGAL_ADDRESS from one", errUp, errDown)
 			}
 			fakeCall(t, "fakecuda_clear_injections")
 			clear(back)
