@@ -93,13 +93,13 @@ type CopierOptions struct {
 	Buffers int
 	// Workers is the number of goroutines that copy chunks on the host,
 	// the calling one included (default three quarters of GOMAXPROCS, at
-	// most 8). The host copies share the memory bus with the DMA that reads
-	// the staging buffers, and on the 16-core H100 machine 8 workers beat
-	// 12 at every size once the DMAs went in piece order:
-	// BenchmarkStagedWorkers, 8 and 12 alternated in one run, 64 MiB 25-32
-	// against 24-27 GB/s, 1 GiB 50-52 against 48-50
-	// (bench/results/h100-2026-11-23-session5). Since the pipeline lost its
-	// coordinator, 8 and 9 measure the same (session6, run4).
+	// most 12); transfers under 64 MiB use at most 8 of them (see
+	// smallTransfer). The host copies share the memory bus with the DMA
+	// that reads the staging buffers. With a coordinator, 8 workers beat
+	// 12 at every size in BenchmarkStagedWorkers (Go memory that, never
+	// written, read from the cache; bench/results/h100-2026-11-23-session5);
+	// without one, from NumPy arrays, 12 beat 8 from 64 MiB on
+	// (bench/results/session7, run14).
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
 	// direct (default 4 MiB: below it the driver's own staging is as fast).
@@ -116,7 +116,19 @@ type CopierOptions struct {
 // maxDefaultWorkers caps the default Workers. A variable so that a
 // diagnosis build (trace_dlbtrace.go) can try other counts in a process it
 // does not own, such as Python's.
-var maxDefaultWorkers = 8
+var maxDefaultWorkers = 12
+
+// Transfers smaller than smallTransfer use at most smallWorkers workers.
+// On the H100 machine, Python uploads with at most 12 workers against 8
+// (bench_transfer, two rounds each, session 7 run14): 64 MiB 28.0-31.5
+// against 26.8-31.2 GB/s, 256 MiB 39.8-43.2 against 34.8-37.4, 1 GiB
+// 49.3-50.6 against 41.9-47.3, but 16 MiB 13.0-17.5 against 18.7-20.2.
+// With a cold cache and idle vCPUs (a 64 MiB upload after a 100 ms pause,
+// run13) 12 workers copy 8% faster than 8.
+const (
+	smallTransfer = 64 << 20
+	smallWorkers  = 8
+)
 
 func (o CopierOptions) withDefaults() CopierOptions {
 	if o.ChunkBytes <= 0 {
@@ -543,6 +555,7 @@ type pipeline struct {
 	x         *xfer
 	r         *ring
 	h2d       bool
+	workers   int // that copy, the caller included (see smallTransfer)
 	host, dev side
 	ps        []piece
 	at        []slot // where each piece is staged (see place)
@@ -711,7 +724,7 @@ func (p *pipeline) cuts(i int) (dim int, per, count int64) {
 			dim, ext = d, e
 		}
 	}
-	parts := min(int64(p.x.c.opts.Workers), max(n/minPart, 1), ext)
+	parts := min(int64(p.workers), max(n/minPart, 1), ext)
 	if parts <= 1 || dim < 0 {
 		return -1, 0, 1
 	}
@@ -731,6 +744,10 @@ func trace(step string, piece int) {
 }
 
 func (p *pipeline) run() error {
+	p.workers = p.x.c.opts.Workers
+	if p.x.bytes() < smallTransfer {
+		p.workers = min(p.workers, smallWorkers)
+	}
 	p.place()
 	p.prepare()
 	if len(p.ps) == 1 {
@@ -745,7 +762,7 @@ func (p *pipeline) run() error {
 	}
 	// The crew is woken first: its threads come up (tens of microseconds
 	// on the H100 machine) while this one cuts the tasks.
-	p.r.crew.start(p.work)
+	p.r.crew.start(p.work, p.workers-1)
 	trace("crew", -1)
 	// There is no coordinator: the workers publish the pieces themselves
 	// (publishReady), this goroutine the first ones. A coordinator
