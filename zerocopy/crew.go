@@ -19,18 +19,16 @@ import (
 // not help, because a goroutine that yields does not make the scheduler
 // wake another thread.
 type crew struct {
-	n     int
-	gen   gate   // moves to hand out a job, or to quit
-	job   func() // set before gen moves
-	quit  atomic.Bool
-	seats atomic.Uint64 // the job's gen, seats and seats taken, 32/16/16 bits (see seat)
-	left  atomic.Int32
-	fin   gate // set to gen's value when the job's last worker returns
+	n    int
+	gen  gate   // moves to hand out a job, or to quit
+	job  func() // set before gen moves
+	quit atomic.Bool
+	left atomic.Int32
+	fin  gate // set to gen's value when the job's last worker returns
 }
 
 // newCrew starts n workers.
 func newCrew(n int) *crew {
-	n = min(n, 0xffff) // seats count in 16 bits
 	c := &crew{n: n}
 	for range n {
 		go c.loop()
@@ -45,9 +43,6 @@ func (c *crew) loop() {
 		if c.quit.Load() {
 			return
 		}
-		if !c.seat(seen) {
-			continue // no seat left in the job of gen seen: wait for the next one
-		}
 		c.job()
 		if c.left.Add(-1) == 0 {
 			c.fin.store(seen)
@@ -55,48 +50,29 @@ func (c *crew) loop() {
 	}
 }
 
-// start starts job on k workers (at most n) and returns; the caller then
-// runs job too, because its thread is running already (the first task
-// starts while the crew's threads wake), and waits for the work to be done
-// by its own means (the pipeline's end). A worker woken late, when nothing
-// is left, returns from the job on its own instead of holding up the
-// caller (0.1 ms at the end of a 64 MiB upload on the H100 machine); the
-// next start waits for the last job's workers first. One job at a time:
-// the transfer that holds the ring.
-func (c *crew) start(job func(), k int) {
-	k = min(k, c.n)
-	if k <= 0 {
+// start starts job on every worker and returns; the caller then runs job
+// too, because its thread is running already (the first task starts while
+// the crew's threads wake), and waits for the work to be done by its own
+// means (the pipeline's end). A worker woken late, when nothing is left,
+// returns from the job on its own instead of holding up the caller (0.1
+// ms at the end of a 64 MiB upload on the H100 machine); the next start
+// waits for the last job's workers first. One job at a time: the
+// transfer that holds the ring.
+func (c *crew) start(job func()) {
+	if c.n == 0 {
 		return
 	}
 	g := c.gen.load()
 	c.fin.spinUntil(g, taskSpin) // every worker is out of the last job
 	c.job = job
-	c.left.Store(int32(k))
-	c.seats.Store(uint64(g+1)<<32 | uint64(k)<<16)
-	// One futex call wakes the k workers. When the first worker up woke
+	c.left.Store(int32(c.n))
+	// One futex call wakes every worker. When the first worker up woke
 	// the others instead, so that the caller went on sooner, the crew
 	// started half as fast after the vCPUs had idled: median start 118-122
 	// against 58-67 us after 100 ms idle (BenchmarkWakeCrew, session 7,
 	// run7), and the host side of a 64 MiB Python upload after a pause
-	// took 0.6 ms longer than without one. A woken worker that finds no
-	// seat left sleeps again.
-	c.gen.storeWake(g+1, k)
-}
-
-// seat takes one of the k seats of the job of gen g, or reports that none
-// is left. A seat counts only for the gen its worker saw: a worker that
-// saw an earlier gen and had no seat in its job must not take one of a
-// later job, which it would then report done under the wrong gen.
-func (c *crew) seat(g uint32) bool {
-	for {
-		t := c.seats.Load()
-		if uint32(t>>32) != g || t&0xffff >= t>>16&0xffff {
-			return false
-		}
-		if c.seats.CompareAndSwap(t, t+1) {
-			return true
-		}
-	}
+	// took 0.6 ms longer than without one.
+	c.gen.store(g + 1)
 }
 
 // close lets the workers end. The crew must be idle.

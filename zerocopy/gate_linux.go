@@ -31,14 +31,6 @@ func (g *gate) store(v uint32) {
 	g.wake()
 }
 
-// storeWake sets the counter and wakes up to n waiters.
-func (g *gate) storeWake(v uint32, n int) {
-	g.v.Store(v)
-	if g.waiters.Load() > 0 {
-		syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&g.v)), futexWakePrivate, uintptr(n), 0, 0, 0)
-	}
-}
-
 // wake wakes every waiter.
 func (g *gate) wake() {
 	if g.waiters.Load() > 0 {

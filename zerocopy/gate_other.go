@@ -34,10 +34,6 @@ func (g *gate) store(v uint32) {
 	g.mu.Unlock()
 }
 
-// storeWake sets the counter, waking every waiter: a condition variable
-// has no count (those without a seat sleep again, see crew).
-func (g *gate) storeWake(v uint32, n int) { g.store(v) }
-
 // wake has nothing to do: store woke every waiter.
 func (g *gate) wake() {}
 

@@ -427,3 +427,26 @@ func TestStagedDriverErrorMidTransfer(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedBothCrews: with 12 workers, uploads and downloads under and
+// over 64 MiB (one crew, then both) alternate on one ring and bring the
+// bytes back.
+func TestStagedBothCrews(t *testing.T) {
+	needFake(t)
+	c := zerocopy.NewCopier(zerocopy.CopierOptions{Workers: 12})
+	defer c.Close()
+	for round, size := range []int{8 << 20, 64 << 20, 16 << 20, 64<<20 + 4096} {
+		src := pattern(size, byte(round))
+		back := make([]byte, size)
+		d := devWith(t, 0, make([]byte, size), dlpack.Uint8Type, int64(size))
+		if _, err := c.CopyVia(d, goView(t, src, dlpack.Uint8Type), nil, zerocopy.PathStaged); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CopyVia(goView(t, back, dlpack.Uint8Type), d, nil, zerocopy.PathStaged); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(back, src) {
+			t.Fatalf("%d bytes: the round trip differs", size)
+		}
+	}
+}
