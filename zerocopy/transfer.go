@@ -22,15 +22,18 @@ import (
 // time (8-15 GB/s on the H100 machine against 55 GB/s from pinned memory).
 // The Copier does better in two ways:
 //
-//   - staged: a ring of pinned buffers; the ring's crew of workers (and
-//     the caller) copies the next chunks into free buffers while the DMA
+//   - staged: a ring of pinned buffers; the ring's crews of workers (and
+//     the caller) copy the next chunks into free buffers while the DMA
 //     engine moves the previous ones, so the transfer runs at the speed of
 //     a parallel host memcpy rather than the driver's staging (1 GiB there:
 //     47-51 GB/s up, 54 down; crew.go says why the workers park in the
 //     kernel). The workers publish the pieces themselves, without a
-//     coordinator: a 64 MiB upload's first DMA starts at 0.1-0.2 ms and its
-//     host side ends at about 1 ms, so the DMA engine is the limit there
-//     (BenchmarkStagedTimeline, bench/results/h100-2026-11-23-session6);
+//     coordinator. A 64 MiB upload from memory in the cache, with the
+//     vCPUs busy just before, ends its host side at about 1.2 ms and is
+//     DMA-bound (1.5-1.7 ms, 40-44 GB/s); after a pause of 100 ms or more
+//     (idle vCPUs, the source out of the cache: a Python loop with torch's
+//     gc.collect) the host copies run at half that speed, and the same
+//     upload takes 2.1-2.5 ms (bench/results/session7, runs 5-6);
 //   - registered: a Go buffer that is transferred again and again is
 //     page-locked once (cuMemHostRegister), after which the DMA engines read
 //     it directly at the pinned rate; it is unregistered when the last view
