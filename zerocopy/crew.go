@@ -69,9 +69,9 @@ func (c *crew) start(job func()) {
 	// One futex call wakes every worker. When the first worker up woke
 	// the others instead, so that the caller went on sooner, the crew
 	// started half as fast after the vCPUs had idled: median start 118-122
-	// against 58-67 us after 100 ms idle (BenchmarkWakeCrew, session 7,
-	// run7), and the host side of a 64 MiB Python upload after a pause
-	// took 0.6 ms longer than without one.
+	// against 58-67 us after 100 ms idle (BenchmarkWakeCrew), and a Python
+	// upload's workers after a 100 ms pause started 37 us apart
+	// (bench/results/h100-2026-11-23-session7, runs 6-7).
 	c.gen.store(g + 1)
 }
 

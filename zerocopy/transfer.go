@@ -33,7 +33,7 @@ import (
 //     DMA-bound (1.5-1.7 ms, 40-44 GB/s); after a pause of 100 ms or more
 //     (idle vCPUs, the source out of the cache: a Python loop with torch's
 //     gc.collect) the host copies run at half that speed, and the same
-//     upload takes 2.1-2.5 ms (bench/results/session7, runs 5-6);
+//     upload takes 2.1-2.5 ms (bench/results/h100-2026-11-23-session7, runs 5-6);
 //   - registered: a Go buffer that is transferred again and again is
 //     page-locked once (cuMemHostRegister), after which the DMA engines read
 //     it directly at the pinned rate; it is unregistered when the last view
@@ -102,7 +102,7 @@ type CopierOptions struct {
 	// 12 at every size in BenchmarkStagedWorkers (Go memory that, never
 	// written, read from the cache; bench/results/h100-2026-11-23-session5);
 	// without one, from NumPy arrays, 12 beat 8 from 64 MiB on
-	// (bench/results/session7, run14).
+	// (bench/results/h100-2026-11-23-session7, run14).
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
 	// direct (default 4 MiB: below it the driver's own staging is as fast).

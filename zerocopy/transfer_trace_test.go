@@ -32,8 +32,7 @@ func uploadViews(b *testing.B, size int64) (d, h *View) {
 	}
 	b.Cleanup(func() { d.Close() })
 	// Written, as a user's data is: a slice never written maps the kernel's
-	// zero page, whose reads hit the cache, and made the host side of a
-	// 64 MiB upload look twice as fast as from NumPy (session 7, run2).
+	// zero page, whose reads hit the cache.
 	buf := make([]byte, size)
 	for i := range buf {
 		buf[i] = byte(i*7 + i>>8*13)
