@@ -41,6 +41,7 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags dlbtrace ./zerocopy # the diagnosis build (trace_dlbtrace.go)
 
 # The core packages must build and pass without cgo (purego only).
 nocgo:
