@@ -290,16 +290,11 @@ func dma(s *cuda.Stream, p *bytePlan, dst, src uintptr, dk, sk memKind) error {
 	if p.empty {
 		return nil
 	}
-	b, calls, ok := p.blocks()
+	b, _, ok := p.blocks()
 	if !ok {
 		b = pitchedBlock{width: p.run, height: 1, depth: 1, outer: p.nd,
 			loopShape: p.shape[:p.nd], loopDs: p.ds[:p.nd], loopSs: p.ss[:p.nd], doff: p.doff, soff: p.soff}
-		calls = 1
-		for _, e := range b.loopShape {
-			calls *= e
-		}
 	}
-	_ = calls
 	return b.each(func(doff, soff int64) error {
 		d, sp := dst+uintptr(doff), src+uintptr(soff)
 		if b.height == 1 && b.depth == 1 {
