@@ -390,8 +390,17 @@ func TestPeerCopyEnablesPeerAccess(t *testing.T) {
 // correctly.
 func TestStagedDriverErrorMidTransfer(t *testing.T) {
 	needFake(t)
-	const size = 8 << 20
-	c := zerocopy.NewCopier(zerocopy.CopierOptions{ChunkBytes: 1 << 20, Workers: 4})
+	// 4 workers in one crew; 12 in both crews (64 MiB and more).
+	t.Run("8MiB", func(t *testing.T) {
+		stagedErrorMidTransfer(t, 8<<20, zerocopy.CopierOptions{ChunkBytes: 1 << 20, Workers: 4})
+	})
+	t.Run("64MiB", func(t *testing.T) {
+		stagedErrorMidTransfer(t, 64<<20, zerocopy.CopierOptions{Workers: 12})
+	})
+}
+
+func stagedErrorMidTransfer(t *testing.T, size int, opts zerocopy.CopierOptions) {
+	c := zerocopy.NewCopier(opts)
 	defer c.Close()
 	src := make([]byte, size)
 	for i := range src {
@@ -400,7 +409,7 @@ func TestStagedDriverErrorMidTransfer(t *testing.T) {
 	h := goView(t, src, dlpack.Uint8Type)
 	back := make([]byte, size)
 	hb := goView(t, back, dlpack.Uint8Type)
-	d := devWith(t, 0, make([]byte, size), dlpack.Uint8Type, size)
+	d := devWith(t, 0, make([]byte, size), dlpack.Uint8Type, int64(size))
 	for _, fn := range []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuEventSynchronize"} {
 		t.Run(fn, func(t *testing.T) {
 			// An error a direct call may get for another context than
