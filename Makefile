@@ -8,7 +8,7 @@ WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
 
-.PHONY: all lib ext wheel venv test gotest nocgo pytest pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel venv test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 
 all: lib
 
@@ -69,6 +69,16 @@ pytest: venv
 	  if [ $$r -ne 0 ]; then rc=$$r; fi; \
 	done; exit $$rc
 
+# Issue 10's fork check: test_fork.py (20 children per case, both Python
+# paths, a busy parent among them) 20 times in a row against the installed
+# wheel; the first failing round stops it and prints its output.
+pytest-fork-repeat: venv
+	@log=$$(mktemp); for i in $$(seq 20); do \
+	  if ! ($(VPY) $(VPYTEST) -x $(CURDIR)/pybridge/python/tests/test_fork.py) > $$log 2>&1; then \
+	    cat $$log; rm -f $$log; echo "pytest-fork-repeat: round $$i of 20 failed"; exit 1; \
+	  fi; \
+	done; tail -n 1 $$log; rm -f $$log; echo "pytest-fork-repeat: 20 rounds in a row passed"
+
 # The property tests at the Python border with the Hypothesis profile "long"
 # (randomized, thousands of examples per test), on both Python paths.
 fuzz-long-py: venv
@@ -120,7 +130,7 @@ fuzz-long-go:
 check-tracked:
 	bash scripts/check-tracked.sh
 
-test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fakecuda fuzz
+test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda fuzz
 
 # A Go user's module outside this repository builds against it with
 # CGO_ENABLED=0 and runs the README's example.
