@@ -74,7 +74,8 @@ func (d Device) PrimaryContext() (*Context, error) {
 // current. CUDA_ERROR_INVALID_CONTEXT always is; the real driver answers
 // CUDA_ERROR_INVALID_VALUE to cuMemcpyHtoDAsync on a stream of device 0
 // while device 1's context is current (pytest on two H200s), so that and
-// CUDA_ERROR_INVALID_HANDLE are when another context is current.
+// CUDA_ERROR_INVALID_HANDLE are when another context, or none, is current.
+// A real error of that kind comes back again from the retry.
 func wrongContext(ctx uintptr, r Result) bool {
 	if r == ErrInvalidContext {
 		return true

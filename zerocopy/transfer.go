@@ -773,8 +773,8 @@ func (p *pipeline) run() error {
 		p.r.crews[0] = newCrew(small - 1)
 		p.r.crews[1] = newCrew(p.x.c.opts.Workers - small)
 	}
-	// The crew is woken first: its threads come up (tens of microseconds
-	// on the H100 machine) while this one cuts the tasks.
+	// The crews are woken first: their threads come up (tens of
+	// microseconds on the H100 machine) while this one cuts the tasks.
 	p.r.crews[0].start(p.work)
 	if p.workers > smallWorkers {
 		p.r.crews[1].start(p.work)
