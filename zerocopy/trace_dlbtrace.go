@@ -16,10 +16,14 @@ import (
 // block per transfer, in microseconds from the transfer's start. It shows
 // where a transfer's time goes when the caller is not a Go benchmark (the
 // Python package through libdlbridge). Transfers must not overlap.
-// DLBRIDGE_TRACE_WORKERS sets the default Copier's worker cap.
+// DLBRIDGE_TRACE_WORKERS sets the default Copier's worker cap,
+// DLBRIDGE_TRACE_MINPART the smallest host copy task in bytes (minPart).
 func init() {
 	if w, err := strconv.Atoi(os.Getenv("DLBRIDGE_TRACE_WORKERS")); err == nil && w > 0 {
 		maxDefaultWorkers = w
+	}
+	if m, err := strconv.ParseInt(os.Getenv("DLBRIDGE_TRACE_MINPART"), 10, 64); err == nil && m > 0 {
+		minPart = m
 	}
 	path := os.Getenv("DLBRIDGE_TRACE")
 	if path == "" {

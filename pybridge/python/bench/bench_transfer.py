@@ -4,7 +4,11 @@ PyTorch and CuPy doing the same, in one process, 4 KiB to 1 GiB of float32.
 Each cell is the best of 5 timed batches after three warm-up calls (a batch
 is one call, or for calls under 5 ms as many as fill about 5 ms, at most 500;
 per-call time = batch time / calls); a call ends when the device is idle again
-(cuCtxSynchronize through dlbridge.synchronize, the same for every library). GB/s is bytes moved / time (one way; 1 GB = 1e9 bytes). ratio is
+(cuCtxSynchronize through dlbridge.synchronize, the same for every library).
+The garbage collector is off while a cell runs, as timeit has it, so the
+batches follow each other: the steady state. --pause S sleeps S seconds
+before each batch instead (the CPUs idle, the source leaves the cache: a
+program that transfers now and then). GB/s is bytes moved / time (one way; 1 GB = 1e9 bytes). ratio is
 dlbridge's GB/s over the best peer's. Every cell's result is checked
 against the source data; a wrong one prints WRONG and the exit status is 1.
 
@@ -20,7 +24,7 @@ the library has:
   peer-into cuda:0 -> existing tensor on cuda:1: dst.copy_(g) | dst.copy_(x) | dst.data.copy_from_device
 
     DLBRIDGE_LIB=build/libdlbridge.so PYTHONPATH=pybridge/python \\
-        python3 pybridge/python/bench/bench_transfer.py [--max-mib 1024] [--reps 5]
+        python3 pybridge/python/bench/bench_transfer.py [--max-mib 1024] [--reps 5] [--pause 0.1]
 """
 
 import argparse
@@ -59,29 +63,42 @@ def sync():
         dlbridge.synchronize(d)
 
 
-def best_of(fn, reps):
+def best_of(fn, reps, pause=0.0):
     """(best seconds per call, last result): fn() three times to warm up
     (first-use costs: kernels, pools, rings), then reps timed batches of k
     calls, each call followed by sync(). k is 1 for calls of 5 ms or more;
     shorter calls are batched up to about 5 ms (at most 500), so that the
-    timer, GC and one-off stalls do not swamp a 10 us transfer. Every
-    library gets the same rule."""
-    warm = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        r = fn()
-        sync()
-        warm = min(warm, time.perf_counter() - t0)
-    k = max(1, min(500, int(5e-3 / max(warm, 1e-6))))
-    best = float("inf")
-    for _ in range(reps):
-        r = None
-        gc.collect()
-        t0 = time.perf_counter()
-        for _ in range(k):
+    timer and one-off stalls do not swamp a 10 us transfer. The garbage
+    collector runs once before the cell and is off while it runs, as timeit
+    does: a collection between batches (about 100 ms with torch loaded)
+    left the CPUs idle and the source out of the cache before each batch,
+    which made every batch a cold start (bench/results/h100-2026-11-23-session7).
+    pause > 0 sleeps that long before each batch, to measure that case on
+    purpose. Every library gets the same rule."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        warm = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
             r = fn()
             sync()
-        best = min(best, (time.perf_counter() - t0) / k)
+            warm = min(warm, time.perf_counter() - t0)
+        k = max(1, min(500, int(5e-3 / max(warm, 1e-6))))
+        best = float("inf")
+        for _ in range(reps):
+            r = None
+            if pause > 0:
+                time.sleep(pause)
+            t0 = time.perf_counter()
+            for _ in range(k):
+                r = fn()
+                sync()
+            best = min(best, (time.perf_counter() - t0) / k)
+    finally:
+        if was_enabled:
+            gc.enable()
     return best, r
 
 
@@ -194,6 +211,8 @@ def main():
     ap.add_argument("--max-mib", type=int, default=1024, help="largest transfer in MiB (default 1024)")
     ap.add_argument("--reps", type=int, default=5, help="timed calls per cell (default 5)")
     ap.add_argument("--min-mib", type=int, default=0, help="smallest transfer in MiB (default: 4 KiB)")
+    ap.add_argument("--pause", type=float, default=0.0,
+                    help="seconds to sleep before each timed batch: the machine idle before a transfer (default 0)")
     ap.add_argument("--only", default="", help="comma-separated directions to run (e.g. peer,peer-into; default all)")
     args = ap.parse_args()
     only = {d.strip() for d in args.only.split(",") if d.strip()}
@@ -214,7 +233,8 @@ def main():
     print("bench_transfer: %s x%d; python %s, numpy %s, torch %s, cupy %s; dlbridge fast path %s"
           % (name, ndev, platform.python_version(), np.__version__,
              torch.__version__ if torch else "-", cupy.__version__ if cupy else "-", dlbridge.fast_path))
-    print("GB/s, best of %d (1 GB = 1e9 bytes); ratio = dlbridge / best peer" % args.reps)
+    print("GB/s, best of %d (1 GB = 1e9 bytes); ratio = dlbridge / best peer%s"
+          % (args.reps, "; %.3f s idle before each batch" % args.pause if args.pause > 0 else ""))
     results = {}  # (direction, size) -> {lib: (gbps, ok)}
     wrong = 0
     sizes = [s for s in sizes if s >= args.min_mib << 20]
@@ -228,7 +248,7 @@ def main():
             row = results.setdefault((direction, size), {})
             for lib, (fn, check) in libs.items():
                 try:
-                    t, r = best_of(fn, args.reps)
+                    t, r = best_of(fn, args.reps, args.pause)
                     ok = bool(check(r))
                     row[lib] = (size / t / 1e9, ok, t)
                 except Exception as e:  # reported in the table, counted as wrong
