@@ -39,7 +39,11 @@ func init() {
 		what  string
 		piece int
 	}
+	// Preallocated and reused: a trace that allocated per transfer made
+	// the Go GC run every few transfers, and its stop-the-world waits
+	// stalled the workers (session 8, run 2).
 	steps := make([]step, 8192)
+	out := make([]byte, 0, 1<<20)
 	var n atomic.Int64
 	var t0 time.Time
 	stagedTrace = func(what string, piece int) {
@@ -53,9 +57,9 @@ func init() {
 		if what != "done" {
 			return
 		}
-		got := slices.Clone(steps[:min(n.Load(), int64(len(steps)))])
+		got := steps[:min(n.Load(), int64(len(steps)))]
 		slices.SortStableFunc(got, func(a, b step) int { return int(a.at - b.at) })
-		out := []byte(fmt.Sprintf("transfer at %s\n", t0.Format("15:04:05.000000")))
+		out = fmt.Appendf(out[:0], "transfer at %s\n", t0.Format("15:04:05.000000"))
 		for _, s := range got {
 			out = fmt.Appendf(out, "%8.1f %-16s %d\n", float64(s.at.Nanoseconds())/1e3, s.what, s.piece)
 		}

@@ -590,11 +590,13 @@ type pipeline struct {
 	publishing oneAtATime
 	nextPub    atomic.Int32 // the first piece not published
 
-	// An upload's DMAs are queued in piece order, by one worker at a time
-	// (see packed).
+	// An upload's DMAs are queued by one worker at a time, in piece
+	// order unless the first piece not queued is late (see packed).
 	queuing    oneAtATime
-	nextDMA    atomic.Int32 // the first piece whose DMA is not queued
-	downloaded atomic.Int32 // a download's pieces whose host copies are done
+	nextDMA    atomic.Int32  // the first piece whose DMA is not queued
+	queued     []atomic.Bool // an upload's pieces whose DMA is queued
+	nqueued    int           // how many; the queuing worker's alone
+	downloaded atomic.Int32  // a download's pieces whose host copies are done
 
 	end gate // 1 once every host copy is done (and, for an upload, every DMA queued)
 }
@@ -603,12 +605,13 @@ type pipeline struct {
 // last piece of the buffer's previous use in this transfer (-1: none), and
 // first says that the piece opens a use of the buffer (the pieces packed
 // into a buffer together are published together, after one wait for the
-// buffer).
+// buffer); start is the first piece of the piece's use.
 type slot struct {
 	b     int
 	off   int64
 	prev  int
 	first bool
+	start int
 
 	strides []int64 // the piece's layout in the buffer: compact, like the device side
 	elem0   int64   // the byte offset of its element [0,...] from off
@@ -636,9 +639,9 @@ func (p *pipeline) place() {
 		n = (n*p.x.is + 255) &^ 255 // pieces start 256-byte aligned
 		if !p.h2d || fill+n > p.r.size {
 			b, fill = (b+1)%k, 0
-			p.at[i] = slot{b: b, prev: last[b], first: true}
+			p.at[i] = slot{b: b, prev: last[b], first: true, start: i}
 		} else {
-			p.at[i] = slot{b: b, off: fill, prev: p.at[i-1].prev}
+			p.at[i] = slot{b: b, off: fill, prev: p.at[i-1].prev, start: p.at[i-1].start}
 		}
 		p.at[i].strides, p.at[i].elem0 = like, off*p.x.is
 		fill += n
@@ -807,6 +810,9 @@ func (p *pipeline) run() error {
 // the ones the workers already read.
 func (p *pipeline) prepare() {
 	p.left = make([]atomic.Int32, len(p.ps))
+	if p.h2d {
+		p.queued = make([]atomic.Bool, len(p.ps))
+	}
 	p.first = make([]int, len(p.ps)+1)
 	n := 0
 	for i := range p.ps {
@@ -831,16 +837,22 @@ func (p *pipeline) cutPiece(i int) {
 }
 
 // ready reports whether piece i's buffer is free of the host work of the
-// buffer's previous use: for an upload, its DMAs are queued (the buffer's
-// event then says when they have read it); for a download, its host copies
-// out of the buffer are done.
+// buffer's previous use: for an upload, the DMAs of all its pieces are
+// queued (in any order; the buffer's event, recorded after each, then says
+// when they have read it); for a download, its host copies out of the
+// buffer are done.
 func (p *pipeline) ready(i int) bool {
 	prev := p.at[i].prev
 	if prev < 0 {
 		return true
 	}
 	if p.h2d {
-		return int(p.nextDMA.Load()) > prev
+		for k := p.at[prev].start; k <= prev; k++ {
+			if !p.queued[k].Load() {
+				return false
+			}
+		}
+		return true
 	}
 	return p.left[prev].Load() == 0
 }
@@ -987,25 +999,55 @@ const taskSpin = 200 * time.Microsecond
 // showed it on the H100: pieces 5, 6, 7 and then 4 queued, so the next
 // piece's copies waited 1.1 ms with the host idle.
 //
+// Unless the first piece not queued is late: when a piece two or more
+// beyond it is packed, one of its tasks has stalled (a worker whose vCPU
+// the host took away for a millisecond or more: stalls of 1-6 ms on the
+// H100 machine, bench/results/h100-2026-11-23-session8), and every packed
+// piece behind it goes now rather than leave the DMA engine idle until it
+// is done. Its buffer's next use waits for it either way (ready).
+//
 // One worker queues at a time (oneAtATime).
 func (p *pipeline) packed() { p.queuing.do(p.queuePacked) }
 
 // queuePacked is packed's work, on one worker at a time.
 func (p *pipeline) queuePacked() {
-	// A piece not cut yet has no tasks left either, but nothing packed.
-	for j := int(p.nextDMA.Load()); j < int(p.cut.Load()) && p.left[j].Load() == 0; j++ {
-		if p.failed() == nil {
-			trace("dma-call", j)
-			if err := p.queue(j); err != nil {
-				p.fail(err)
-			}
-			trace("dma-queued", j)
-		}
-		p.nextDMA.Store(int32(j + 1))
-		if j == len(p.ps)-1 {
-			p.end.store(1)
+	// A piece not cut yet has no tasks left either, but nothing packed;
+	// the published ones are cut.
+	pub := int(p.nextPub.Load())
+	j := int(p.nextDMA.Load())
+	for ; j < pub && (p.queued[j].Load() || p.left[j].Load() == 0); j++ {
+		if !p.queued[j].Load() {
+			p.queueDMA(j)
 		}
 	}
+	p.nextDMA.Store(int32(j))
+	late := false
+	for k := j + 2; k < pub && !late; k++ {
+		late = p.left[k].Load() == 0
+	}
+	for k := j + 1; late && k < pub; k++ {
+		if !p.queued[k].Load() && p.left[k].Load() == 0 {
+			trace("dma-early", k)
+			p.queueDMA(k)
+		}
+	}
+	if p.nqueued == len(p.ps) {
+		p.end.store(1)
+	}
+}
+
+// queueDMA queues the DMA of packed piece k (after an error, only counts
+// it, so that publishing goes on and the workers end).
+func (p *pipeline) queueDMA(k int) {
+	if p.failed() == nil {
+		trace("dma-call", k)
+		if err := p.queue(k); err != nil {
+			p.fail(err)
+		}
+		trace("dma-queued", k)
+	}
+	p.queued[k].Store(true)
+	p.nqueued++
 }
 
 // dmaOrKernel issues the DMA of a staged piece; a device layout the DMA

@@ -251,13 +251,13 @@ func BenchmarkDMAUnderLoad(b *testing.B) {
 	}
 }
 
-// TestUploadDMAsGoInPieceOrder holds the first piece's host copy back so
-// that later pieces finish packing first: their DMAs must still be queued
-// after its, in piece order, and the data must arrive whole.
-func TestUploadDMAsGoInPieceOrder(t *testing.T) {
-	if !cuda.Available() {
-		t.Skip("no CUDA driver")
-	}
+// uploadOrder uploads 8 MiB through a Copier of 1 MiB buffers and the
+// given workers (four quarters of the first 1 MiB piece, six whole ones,
+// four quarters of the last: 14 pieces, one task each) while hook hears
+// the trace, and returns the order in which the pieces' DMAs were queued.
+// The device must get the source's bytes.
+func uploadOrder(t *testing.T, workers int, hook func(step string, piece int)) []int {
+	t.Helper()
 	const size = 8 << 20
 	d, err := AllocCUDA(0, dlpack.Uint8Type, size)
 	if err != nil {
@@ -280,35 +280,25 @@ func TestUploadDMAsGoInPieceOrder(t *testing.T) {
 	defer h.Close()
 	defer hb.Close()
 
-	c := NewCopier(CopierOptions{ChunkBytes: 1 << 20, Workers: 4})
+	c := NewCopier(CopierOptions{ChunkBytes: 1 << 20, Workers: workers})
 	defer c.Close()
 	var mu sync.Mutex
 	var order []int
 	stagedTrace = func(step string, piece int) {
-		switch step {
-		case "task-copied":
-			if piece == 0 {
-				time.Sleep(20 * time.Millisecond)
-			}
-		case "dma-queued":
+		if step == "dma-queued" {
 			mu.Lock()
 			order = append(order, piece)
 			mu.Unlock()
 		}
+		hook(step, piece)
 	}
 	_, err = c.CopyVia(d, h, nil, PathStaged)
 	stagedTrace = nil
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Four quarters of the first 1 MiB piece, six whole ones, four
-	// quarters of the last.
-	want := make([]int, 14)
-	for i := range want {
-		want[i] = i
-	}
-	if !slices.Equal(order, want) {
-		t.Errorf("DMAs queued in the order %v, want %v", order, want)
+	if len(order) != 14 {
+		t.Errorf("%d DMAs queued (%v), want 14", len(order), order)
 	}
 	if _, err := c.CopyVia(hb, d, nil, PathDirect); err != nil {
 		t.Fatal(err)
@@ -318,4 +308,80 @@ func TestUploadDMAsGoInPieceOrder(t *testing.T) {
 	}
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(back)
+	return order
+}
+
+// waitFor waits until ch is closed, failing the test after 10 s (a hook
+// that waits for something the pipeline never does).
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Errorf("gave up waiting for %s", what)
+	}
+}
+
+// TestUploadDMAsGoInPieceOrder holds the first piece's host copy back
+// until the second piece is packed: one piece behind is not late, so the
+// second piece's DMA must still wait for the first's (in piece order: a
+// buffer's DMA queued behind its successors' holds it longer).
+func TestUploadDMAsGoInPieceOrder(t *testing.T) {
+	if !cuda.Available() {
+		t.Skip("no CUDA driver")
+	}
+	secondPacked, firstQueued := make(chan struct{}), make(chan struct{})
+	var once1, once0 sync.Once
+	// Two workers: while one holds piece 0, the other packs piece 1 and
+	// is then held in piece 2 until piece 0's DMA is queued, so that no
+	// piece two beyond it is packed meanwhile.
+	order := uploadOrder(t, 2, func(step string, piece int) {
+		switch {
+		case step == "task-copied" && piece == 0:
+			waitFor(t, secondPacked, "piece 1 to be packed")
+		case step == "task-copied" && piece == 1:
+			once1.Do(func() { close(secondPacked) })
+		case step == "task-copied" && piece >= 2:
+			waitFor(t, firstQueued, "piece 0's DMA")
+		case step == "dma-queued" && piece == 0:
+			once0.Do(func() { close(firstQueued) })
+		}
+	})
+	if len(order) < 2 || order[0] != 0 || order[1] != 1 {
+		t.Errorf("DMAs queued in the order %v, want 0 and 1 first", order)
+	}
+}
+
+// TestUploadDMAsPassALatePiece holds the first piece's host copy back
+// until the DMAs of every piece packed behind it are queued: a piece two
+// beyond it is packed, so it is late and they go first (a stalled worker
+// does not leave the DMA engine idle). The pieces that reuse its buffer,
+// and those after them, still wait for it.
+func TestUploadDMAsPassALatePiece(t *testing.T) {
+	if !cuda.Available() {
+		t.Skip("no CUDA driver")
+	}
+	var queued atomic.Int32
+	passed := make(chan struct{})
+	var once sync.Once
+	// Pieces 1-3 share the first buffer with piece 0; 4-6 fill the other
+	// three; piece 7 reuses the first buffer.
+	order := uploadOrder(t, 4, func(step string, piece int) {
+		switch {
+		case step == "task-copied" && piece == 0:
+			waitFor(t, passed, "the DMAs of pieces 1-6 while piece 0 is held")
+		case step == "dma-queued" && piece >= 1 && piece <= 6:
+			if queued.Add(1) == 6 {
+				once.Do(func() { close(passed) })
+			}
+		}
+	})
+	at := slices.Index(order, 0)
+	if at != 6 {
+		t.Errorf("DMAs queued in the order %v, want pieces 1-6 before piece 0", order)
+	}
+	for _, k := range order[at+1:] {
+		if k < 7 {
+			t.Errorf("DMAs queued in the order %v: piece %d after piece 0", order, k)
+		}
+	}
 }
