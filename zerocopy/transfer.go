@@ -29,8 +29,10 @@ import (
 //     47-51 GB/s up, 54 down; crew.go says why the workers park in the
 //     kernel). The workers publish the pieces themselves, without a
 //     coordinator. A 64 MiB upload from memory in the cache, with the
-//     vCPUs busy just before, ends its host side at about 1.2 ms and is
-//     DMA-bound (1.5-1.7 ms, 40-44 GB/s); after a pause of 100 ms or more
+//     vCPUs busy just before, is DMA-bound: the DMA engine runs back to
+//     back at 53 GB/s from about 0.1 ms, the host side ends at about
+//     0.9 ms and the last DMA at about 1.4 ms (Python: 1.56-1.6 ms a call,
+//     session 8 run 5); after a pause of 100 ms or more
 //     (idle vCPUs, the source out of the cache: a Python loop with torch's
 //     gc.collect) the host copies run at half that speed, and the same
 //     upload takes 2.1-2.5 ms (bench/results/h100-2026-11-23-session7, runs 5-6);
@@ -1000,11 +1002,13 @@ const taskSpin = 200 * time.Microsecond
 // piece's copies waited 1.1 ms with the host idle.
 //
 // Unless the first piece not queued is late: when a piece two or more
-// beyond it is packed, one of its tasks has stalled (a worker whose vCPU
-// the host took away for a millisecond or more: stalls of 1-6 ms on the
-// H100 machine, bench/results/h100-2026-11-23-session8), and every packed
-// piece behind it goes now rather than leave the DMA engine idle until it
-// is done. Its buffer's next use waits for it either way (ready).
+// beyond it is packed, one of its tasks has stalled (its worker lost its
+// CPU: 1-6 ms stalls on the H100 machine while the Go GC ran every few
+// transfers, bench/results/h100-2026-11-23-session8 run 2), and every
+// packed piece behind it goes now rather than leave the DMA engine idle
+// until it is done. Its buffer's next use waits for it either way (ready).
+// In run 5 the early path ran in a quarter of the staged transfers; the
+// best-of-5 figures did not move (run 4).
 //
 // One worker queues at a time (oneAtATime).
 func (p *pipeline) packed() { p.queuing.do(p.queuePacked) }

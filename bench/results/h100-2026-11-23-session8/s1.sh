@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 8, device call 1 (H100, 5ea head): bench_transfer in the steady state (gc off, new rule), with a 0.1 s pause,
+# Session 8, device call 1 (H100, 67e0876): bench_transfer in the steady state (gc off, new rule), with a 0.1 s pause,
 # and with the old rule (gc.collect before each batch); cold 64 MiB probes with host copy tasks of 256 KiB / 1 MiB / 2 MiB
 # (1 MiB and up: Go's memmove uses non-temporal stores).
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT; export DLBRIDGE_GPU=1 PYTHONUNBUFFERED=1
