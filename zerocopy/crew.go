@@ -87,10 +87,19 @@ func (g *gate) spinUntil(v uint32, d time.Duration) {
 	t0 := time.Now()
 	for n := 0; g.load() != v; n++ {
 		if n%64 == 63 && time.Since(t0) > d {
-			for g.load() != v {
-				g.waitChange(g.load())
+			// One load per round: with two (check, then wait for a
+			// change from a second read), a store of v between them
+			// made the waiter wait for v to change, which it never
+			// does: TestCrewRunsEachJobOnEveryWorker hung in two of three
+			// runs of 20 x 3,000 rounds under the race detector, and
+			// a transfer's caller waits on its end the same way.
+			for {
+				cur := g.load()
+				if cur == v {
+					return
+				}
+				g.waitChange(cur)
 			}
-			return
 		}
 	}
 }
