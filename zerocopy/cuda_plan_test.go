@@ -182,9 +182,11 @@ func TestRampCutsTheFirstAndLastPiecesIntoQuarters(t *testing.T) {
 
 // TestPlaceStagesAnUploadsQuartersInOneBuffer: an upload of 8 MiB through
 // four 1 MiB buffers is 4 quarters, 6 whole pieces and 4 quarters. The
-// first quarters share buffer 0, so the next three pieces take buffers 1-3
-// without waiting for a DMA; each later use of a buffer waits for the
-// buffer's previous use. A download gives every piece a buffer of its own.
+// first quarters share one use of a buffer, so the next three pieces take
+// the other buffers without waiting for a DMA, and so do the last
+// quarters; an upload's buffers are given when a use is published (take),
+// none before. A download gives every piece a buffer of its own, in turn,
+// each later use waiting for the buffer's previous one.
 func TestPlaceStagesAnUploadsQuartersInOneBuffer(t *testing.T) {
 	const size, chunk = 8 << 20, 1 << 20
 	s := []int64{1}
@@ -193,35 +195,43 @@ func TestPlaceStagesAnUploadsQuartersInOneBuffer(t *testing.T) {
 	p.dev.strides = s
 	p.place()
 	// Where each piece goes: buffer, offset, the previous use's last
-	// piece, whether it opens a use.
+	// piece, whether it opens a use, and the use's pieces.
 	type where struct {
-		b     int
-		off   int64
-		prev  int
-		first bool
+		b          int
+		off        int64
+		prev       int
+		first      bool
+		start, end int
 	}
 	got := func() []where {
 		var w []where
 		for _, sl := range p.at {
-			w = append(w, where{sl.b, sl.off, sl.prev, sl.first})
+			w = append(w, where{sl.b, sl.off, sl.prev, sl.first, sl.start, sl.end})
 		}
 		return w
 	}
 	q := int64(chunk / 4)
-	want := []where{
-		{0, 0, -1, true}, {0, q, -1, false}, {0, 2 * q, -1, false}, {0, 3 * q, -1, false},
-		{1, 0, -1, true}, {2, 0, -1, true}, {3, 0, -1, true},
-		{0, 0, 3, true}, {1, 0, 4, true}, {2, 0, 5, true},
-		{3, 0, 6, true}, {3, q, 6, false}, {3, 2 * q, 6, false}, {3, 3 * q, 6, false},
+	var want []where
+	for i := range 4 {
+		want = append(want, where{-1, int64(i) * q, -1, i == 0, 0, 3})
+	}
+	for i := 4; i < 10; i++ {
+		want = append(want, where{-1, 0, -1, true, i, i})
+	}
+	for i := range 4 {
+		want = append(want, where{-1, int64(i) * q, -1, i == 0, 10, 13})
 	}
 	if diff := cmp.Diff(want, got(), cmp.AllowUnexported(where{})); diff != "" {
 		t.Errorf("upload slots (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int{-1, -1, -1, -1}, p.held); diff != "" {
+		t.Errorf("buffers held before any publication (-want +got):\n%s", diff)
 	}
 
 	p.h2d = false
 	p.place()
 	for i, w := range got() {
-		want := where{i % 4, 0, i - 4, true}
+		want := where{i % 4, 0, i - 4, true, i, i}
 		if i < 4 {
 			want.prev = -1
 		}

@@ -594,26 +594,33 @@ type pipeline struct {
 
 	// An upload's DMAs are queued by one worker at a time, in piece
 	// order unless the first piece not queued is late (see packed).
-	queuing    oneAtATime
-	nextDMA    atomic.Int32  // the first piece whose DMA is not queued
-	queued     []atomic.Bool // an upload's pieces whose DMA is queued
-	nqueued    int           // how many; the queuing worker's alone
-	downloaded atomic.Int32  // a download's pieces whose host copies are done
+	queuing oneAtATime
+	nextDMA atomic.Int32  // the first piece whose DMA is not queued
+	queued  []atomic.Bool // an upload's pieces whose DMA is queued
+	nqueued int           // how many; the queuing worker's alone
+
+	// An upload's buffers go to its uses as they come free (see take):
+	// held[b] is the first piece of the use buffer b was last given to
+	// (-1: none yet). The publishing worker's alone.
+	held       []int
+	downloaded atomic.Int32 // a download's pieces whose host copies are done
 
 	end gate // 1 once every host copy is done (and, for an upload, every DMA queued)
 }
 
-// slot is where a piece is staged: buffer b from byte off. prev is the
-// last piece of the buffer's previous use in this transfer (-1: none), and
-// first says that the piece opens a use of the buffer (the pieces packed
-// into a buffer together are published together, after one wait for the
-// buffer); start is the first piece of the piece's use.
+// slot is where a piece is staged: buffer b from byte off. The pieces
+// packed into a buffer together (a use of it, pieces start to end) are
+// published together, after one wait for the buffer; first says that the
+// piece opens its use. A download's buffers go round in turn, fixed here,
+// and prev is the last piece of the buffer's previous use (-1: none); an
+// upload's use gets its buffer when it is published (take), and b is -1
+// until then.
 type slot struct {
-	b     int
-	off   int64
-	prev  int
-	first bool
-	start int
+	b          int
+	off        int64
+	prev       int
+	first      bool
+	start, end int
 
 	strides []int64 // the piece's layout in the buffer: compact, like the device side
 	elem0   int64   // the byte offset of its element [0,...] from off
@@ -631,7 +638,7 @@ type slot struct {
 func (p *pipeline) place() {
 	k := len(p.r.bufs)
 	p.at = make([]slot, len(p.ps))
-	last := make([]int, k) // per buffer: the last piece staged in it
+	last := make([]int, k) // per buffer: the last piece staged in it (downloads)
 	for b := range last {
 		last[b] = -1
 	}
@@ -639,24 +646,38 @@ func (p *pipeline) place() {
 	for i, pc := range p.ps {
 		like, off, n := likeStrides(pc.shape, p.dev.strides)
 		n = (n*p.x.is + 255) &^ 255 // pieces start 256-byte aligned
-		if !p.h2d || fill+n > p.r.size {
-			b, fill = (b+1)%k, 0
+		switch {
+		case !p.h2d:
+			b = (b + 1) % k
 			p.at[i] = slot{b: b, prev: last[b], first: true, start: i}
-		} else {
-			p.at[i] = slot{b: b, off: fill, prev: p.at[i-1].prev, start: p.at[i-1].start}
+			last[b] = i
+		case fill+n > p.r.size:
+			fill = 0
+			p.at[i] = slot{b: -1, prev: -1, first: true, start: i}
+		default:
+			p.at[i] = slot{b: -1, prev: -1, off: fill, start: p.at[i-1].start}
 		}
 		p.at[i].strides, p.at[i].elem0 = like, off*p.x.is
 		fill += n
-		last[b] = i
+	}
+	for i := len(p.at) - 1; i >= 0; i-- {
+		p.at[i].end = i
+		if i+1 < len(p.at) && !p.at[i+1].first {
+			p.at[i].end = p.at[i+1].end
+		}
+	}
+	if p.h2d {
+		p.held = slices.Repeat([]int{-1}, k)
 	}
 }
 
 // pipeTask is one host copy: part of piece i, between the host memory and
-// buffer b.
+// the piece's buffer.
 type pipeTask struct {
-	i, b     int
+	i        int
 	shape    []int64
-	hp, bp   uintptr // element [0,...] of the part on the host and in the buffer
+	hp       uintptr // element [0,...] of the part on the host
+	bo       uintptr // and its byte offset in the piece's buffer (see base)
 	bstrides []int64 // the buffer's strides
 }
 
@@ -672,11 +693,15 @@ func (p *pipeline) failed() error {
 }
 
 // stage returns where piece i lives in its buffer: the element [0,...] of
-// a compact layout like the device side, and its strides.
+// a compact layout like the device side, and its strides. The piece must
+// have its buffer (it is published).
 func (p *pipeline) stage(i int) (uintptr, []int64) {
 	s := &p.at[i]
-	return uintptr(p.r.bufs[s.b].Ptr()) + uintptr(s.off+s.elem0), s.strides
+	return p.base(i) + uintptr(s.off+s.elem0), s.strides
 }
+
+// base is the address of piece i's buffer (it must have one).
+func (p *pipeline) base(i int) uintptr { return uintptr(p.r.bufs[p.at[i].b].Ptr()) }
 
 // queue queues the DMA of piece i between its buffer and the device, and
 // records the buffer's event after it.
@@ -705,12 +730,13 @@ func (p *pipeline) move(i int) error {
 // split cuts piece i into host copy tasks (as cuts says) and returns how
 // many.
 func (p *pipeline) split(i int, emit func(pipeTask)) int {
-	pc, b := p.ps[i], p.at[i].b
-	bp, bs := p.stage(i)
+	// Cut before the piece has a buffer: offsets in it.
+	pc, sl := p.ps[i], &p.at[i]
+	bo, bs := uintptr(sl.off+sl.elem0), sl.strides
 	hp := p.host.base + uintptr(pc.hoff*p.x.is)
 	dim, per, count := p.cuts(i)
 	if dim < 0 {
-		emit(pipeTask{i: i, b: b, shape: pc.shape, hp: hp, bp: bp, bstrides: bs})
+		emit(pipeTask{i: i, shape: pc.shape, hp: hp, bo: bo, bstrides: bs})
 		return 1
 	}
 	nd := len(pc.shape)
@@ -721,9 +747,9 @@ func (p *pipeline) split(i int, emit func(pipeTask)) int {
 		sub := shapes[k*nd : (k+1)*nd : (k+1)*nd]
 		copy(sub, pc.shape)
 		sub[dim] = min(per, ext-start)
-		emit(pipeTask{i: i, b: b, shape: sub, bstrides: bs,
+		emit(pipeTask{i: i, shape: sub, bstrides: bs,
 			hp: hp + uintptr(start*p.host.strides[dim]*p.x.is),
-			bp: bp + uintptr(start*bs[dim]*p.x.is)})
+			bo: bo + uintptr(start*bs[dim]*p.x.is)})
 	}
 	return int(count)
 }
@@ -838,25 +864,58 @@ func (p *pipeline) cutPiece(i int) {
 	p.cut.Store(int32(i + 1))
 }
 
-// ready reports whether piece i's buffer is free of the host work of the
-// buffer's previous use: for an upload, the DMAs of all its pieces are
-// queued (in any order; the buffer's event, recorded after each, then says
-// when they have read it); for a download, its host copies out of the
-// buffer are done.
-func (p *pipeline) ready(i int) bool {
-	prev := p.at[i].prev
-	if prev < 0 {
+// take reports whether piece i's buffer is free of the host work of its
+// previous use, and gives an upload's piece its buffer. A download's
+// buffer is fixed (place): free once the previous use's host copies out
+// of it are done. An upload's use takes whichever buffer comes free first
+// (pick); the other pieces of the use follow its first.
+func (p *pipeline) take(i int) bool {
+	sl := &p.at[i]
+	if !p.h2d {
+		return sl.prev < 0 || p.left[sl.prev].Load() == 0
+	}
+	if !sl.first {
+		sl.b = p.at[sl.start].b
 		return true
 	}
-	if p.h2d {
-		for k := p.at[prev].start; k <= prev; k++ {
-			if !p.queued[k].Load() {
-				return false
-			}
+	b := p.pick()
+	if b < 0 {
+		return false
+	}
+	sl.b, p.held[b] = b, i
+	return true
+}
+
+// pick chooses the buffer for an upload's next use: of the buffers whose
+// last use has all its DMAs queued (in any order; the buffer's event,
+// recorded after each, then says when they have read it), the one used
+// least recently, whose DMAs are the likeliest done; -1 when none is.
+// Buffers go to uses as they come free rather than in turn, so that a use
+// whose host copy has stalled (its worker lost its CPU) holds its own
+// buffer only, while the others go round and the DMAs of the pieces
+// behind it go early (packed).
+func (p *pipeline) pick() int {
+	best := -1
+	for b, s := range p.held {
+		if s >= 0 && !p.useQueued(s) {
+			continue
 		}
-		return true
+		if best < 0 || s < p.held[best] {
+			best = b
+		}
 	}
-	return p.left[prev].Load() == 0
+	return best
+}
+
+// useQueued reports whether the DMAs of every piece of the use that
+// piece s opens are queued.
+func (p *pipeline) useQueued(s int) bool {
+	for k := s; k <= p.at[s].end; k++ {
+		if !p.queued[k].Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // publishReady publishes every piece whose buffer is ready, in piece
@@ -874,7 +933,7 @@ func (p *pipeline) publishReady() { p.publishing.do(p.publish) }
 
 // publish is publishReady's work, on one worker at a time.
 func (p *pipeline) publish() {
-	for i := int(p.nextPub.Load()); i < int(p.cut.Load()) && p.ready(i); i++ {
+	for i := int(p.nextPub.Load()); i < int(p.cut.Load()) && p.take(i); i++ {
 		if p.at[i].first && p.failed() == nil {
 			trace("buffer-free", i)
 			if err := p.r.evs[p.at[i].b].Synchronize(); err != nil {
@@ -896,12 +955,14 @@ func (p *pipeline) publish() {
 // small transfers, waking workers would cost more than the copy.
 func (p *pipeline) inline() error {
 	x, ev := p.x, p.r.evs[0]
+	p.at[0].b = 0
 	if err := ev.Synchronize(); err != nil { // the buffer's last DMA is done
 		return err
 	}
 	t := &p.all[0]
+	bp := p.base(0) + t.bo
 	if p.h2d {
-		hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
+		hostCopy(t.shape, bp, t.bstrides, t.hp, p.host.strides, x.is)
 		return p.queue(0)
 	}
 	if err := p.queue(0); err != nil {
@@ -910,7 +971,7 @@ func (p *pipeline) inline() error {
 	if err := ev.Synchronize(); err != nil {
 		return err
 	}
-	hostCopy(t.shape, t.hp, p.host.strides, t.bp, t.bstrides, x.is)
+	hostCopy(t.shape, t.hp, p.host.strides, bp, t.bstrides, x.is)
 	return nil
 }
 
@@ -928,17 +989,20 @@ func (p *pipeline) work() {
 		if p.failed() == nil {
 			if !p.h2d {
 				// The piece's DMA into the buffer must be done.
-				if err := p.r.evs[t.b].Synchronize(); err != nil {
+				if err := p.r.evs[p.at[t.i].b].Synchronize(); err != nil {
 					p.fail(err)
 				}
 			}
 		}
 		if p.failed() == nil {
+			// The piece's buffer was given with its publication, which
+			// the claim saw.
+			bp := p.base(t.i) + t.bo
 			if p.h2d {
-				hostCopy(t.shape, t.bp, t.bstrides, t.hp, p.host.strides, x.is)
+				hostCopy(t.shape, bp, t.bstrides, t.hp, p.host.strides, x.is)
 				trace("task-copied", t.i)
 			} else {
-				hostCopy(t.shape, t.hp, p.host.strides, t.bp, t.bstrides, x.is)
+				hostCopy(t.shape, t.hp, p.host.strides, bp, t.bstrides, x.is)
 			}
 		}
 		if p.left[t.i].Add(-1) != 0 {
@@ -1006,7 +1070,7 @@ const taskSpin = 200 * time.Microsecond
 // CPU: 1-6 ms stalls on the H100 machine while the Go GC ran every few
 // transfers, bench/results/h100-2026-11-23-session8 run 2), and every
 // packed piece behind it goes now rather than leave the DMA engine idle
-// until it is done. Its buffer's next use waits for it either way (ready).
+// until it is done. Its buffer's next use waits for it either way (pick).
 // In run 5 the early path ran in a quarter of the staged transfers; the
 // best-of-5 figures did not move (run 4).
 //
