@@ -5,7 +5,9 @@ Each cell is the best of 5 timed batches after three warm-up calls (a batch
 is one call, or for calls under 5 ms as many as fill about 5 ms, at most 500;
 per-call time = batch time / calls); a call ends when the device is idle again
 (cuCtxSynchronize through dlbridge.synchronize, the same for every library).
-The garbage collector is off while a cell runs, as timeit has it, so the
+The batches of a cell run in rounds, one batch of each library a round, so
+that all libraries see the machine in the same states (--sequential: each
+library's batches back to back). The garbage collector is off while a cell runs, as timeit has it, so the
 batches follow each other: the steady state. --pause S sleeps S seconds
 before each batch instead (the CPUs idle, the source leaves the cache: a
 program that transfers now and then). GB/s is bytes moved / time (one way; 1 GB = 1e9 bytes). ratio is
@@ -24,7 +26,7 @@ the library has:
   peer-into cuda:0 -> existing tensor on cuda:1: dst.copy_(g) | dst.copy_(x) | dst.data.copy_from_device
 
     DLBRIDGE_LIB=build/libdlbridge.so PYTHONPATH=pybridge/python \\
-        python3 pybridge/python/bench/bench_transfer.py [--max-mib 1024] [--reps 5] [--pause 0.1]
+        python3 pybridge/python/bench/bench_transfer.py [--max-mib 1024] [--reps 5] [--pause 0.1] [--sequential]
 """
 
 import argparse
@@ -63,43 +65,78 @@ def sync():
         dlbridge.synchronize(d)
 
 
-def best_of(fn, reps, pause=0.0):
-    """(best seconds per call, last result): fn() three times to warm up
-    (first-use costs: kernels, pools, rings), then reps timed batches of k
-    calls, each call followed by sync(). k is 1 for calls of 5 ms or more;
-    shorter calls are batched up to about 5 ms (at most 500), so that the
-    timer and one-off stalls do not swamp a 10 us transfer. The garbage
-    collector runs once before the cell and is off while it runs, as timeit
-    does: a collection between batches (about 100 ms with torch loaded)
-    left the CPUs idle and the source out of the cache before each batch,
-    which made every batch a cold start (bench/results/h100-2026-11-23-session7).
-    pause > 0 sleeps that long before each batch, to measure that case on
-    purpose. Every library gets the same rule."""
+def calls_per_batch(fn):
+    """Calls in one timed batch of fn, after three warm-up calls (first-use
+    costs: kernels, pools, rings): 1 for calls of 5 ms or more; shorter
+    calls are batched up to about 5 ms (at most 500), so that the timer and
+    one-off stalls do not swamp a 10 us transfer."""
+    warm = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        warm = min(warm, time.perf_counter() - t0)
+    return max(1, min(500, int(5e-3 / max(warm, 1e-6))))
+
+
+def cell(fns, reps, pause=0.0, interleave=True):
+    """{lib: (best seconds per call, last result)} for {lib: fn}: reps timed
+    batches of each fn (calls_per_batch calls, each followed by sync()).
+
+    interleave (the default) runs the batches in rounds, one batch of every
+    library a round, so that each library's best comes from the same stretch
+    of time: on the H100 VM the machine's speed changes from one 25 ms
+    stretch to the next (its host takes vCPUs away now and then, "steal"),
+    and with the libraries one after another a slow stretch fell on one of
+    them alone and moved a small cell's ratio by up to 1.6x either way
+    (bench/results/h100-2026-11-23-session8). interleave=False runs each
+    library's batches back to back, as runs before session 9 did.
+
+    The garbage collector runs once before the cell and is off while it
+    runs, as timeit does: a collection between batches (about 100 ms with
+    torch loaded) left the CPUs idle and the source out of the cache before
+    each batch, which made every batch a cold start
+    (bench/results/h100-2026-11-23-session7). pause > 0 sleeps that long
+    before each batch, to measure that case on purpose. Every library gets
+    the same rule."""
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        warm = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            r = fn()
-            sync()
-            warm = min(warm, time.perf_counter() - t0)
-        k = max(1, min(500, int(5e-3 / max(warm, 1e-6))))
-        best = float("inf")
-        for _ in range(reps):
-            r = None
+        best = {lib: float("inf") for lib in fns}
+        last = {lib: None for lib in fns}
+
+        def batch(lib, k):
+            fn = fns[lib]
+            last[lib] = None
             if pause > 0:
                 time.sleep(pause)
             t0 = time.perf_counter()
             for _ in range(k):
                 r = fn()
                 sync()
-            best = min(best, (time.perf_counter() - t0) / k)
+            best[lib] = min(best[lib], (time.perf_counter() - t0) / k)
+            last[lib] = r
+
+        if interleave:
+            ks = {lib: calls_per_batch(fn) for lib, fn in fns.items()}
+            for _ in range(reps):
+                for lib in fns:
+                    batch(lib, ks[lib])
+        else:
+            for lib, fn in fns.items():
+                k = calls_per_batch(fn)
+                for _ in range(reps):
+                    batch(lib, k)
+        return {lib: (best[lib], last[lib]) for lib in fns}
     finally:
         if was_enabled:
             gc.enable()
-    return best, r
+
+
+def best_of(fn, reps, pause=0.0):
+    """(best seconds per call, last result) of fn alone: cell with one library."""
+    return cell({"fn": fn}, reps, pause)["fn"]
 
 
 def to_host(r):
@@ -213,6 +250,8 @@ def main():
     ap.add_argument("--min-mib", type=int, default=0, help="smallest transfer in MiB (default: 4 KiB)")
     ap.add_argument("--pause", type=float, default=0.0,
                     help="seconds to sleep before each timed batch: the machine idle before a transfer (default 0)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="run each library's batches of a cell back to back instead of in interleaved rounds")
     ap.add_argument("--only", default="", help="comma-separated directions to run (e.g. peer,peer-into; default all)")
     args = ap.parse_args()
     only = {d.strip() for d in args.only.split(",") if d.strip()}
@@ -246,17 +285,26 @@ def main():
             if only and direction not in only:
                 continue
             row = results.setdefault((direction, size), {})
-            for lib, (fn, check) in libs.items():
+            # A library whose call raises is reported in the table, counted
+            # as wrong, and left out of the cell's rounds.
+            fns = {}
+            for lib, (fn, _) in libs.items():
                 try:
-                    t, r = best_of(fn, args.reps, args.pause)
-                    ok = bool(check(r))
-                    row[lib] = (size / t / 1e9, ok, t)
-                except Exception as e:  # reported in the table, counted as wrong
+                    fn()
+                    sync()
+                    fns[lib] = fn
+                except Exception as e:
                     row[lib] = (0.0, False, 0.0)
                     print("  %s %s %s: %s: %s" % (direction, human(size), lib, type(e).__name__, e))
-                if not row[lib][1]:
-                    wrong += 1
-                r = None
+            timed = cell(fns, args.reps, args.pause, not args.sequential) if fns else {}
+            for lib, (t, r) in timed.items():
+                try:
+                    row[lib] = (size / t / 1e9, bool(libs[lib][1](r)), t)
+                except Exception as e:
+                    row[lib] = (0.0, False, 0.0)
+                    print("  %s %s %s: check: %s: %s" % (direction, human(size), lib, type(e).__name__, e))
+            wrong += sum(1 for lib in libs if not row[lib][1])
+            timed = r = None
         del table
         gc.collect()
         sync()
