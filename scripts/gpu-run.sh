@@ -15,7 +15,7 @@ if has go; then
   grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$OUT/gotest.log" | head -50
 fi
 if has py; then
-  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 400 python3 -m pytest -q -rs $G/py/tests > "$OUT/pytest.log" 2>&1
+  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py DLBRIDGE_README=$PWD/README.md timeout 400 python3 -m pytest -q -rs $G/py/tests > "$OUT/pytest.log" 2>&1
   tail -15 "$OUT/pytest.log"
 fi
 if has bench; then
