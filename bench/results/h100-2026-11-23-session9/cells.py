@@ -38,6 +38,9 @@ def cell(fns, reps, pause=0.0, interleave=True):
         " ".join("%s=%.2f" % (comm, d) for d, k, comm in busy[:8] if d > 0)), file=sys.stderr)
     for lib, (t, _) in out.items():
         cs = calls[lib]
+        if t is None or not cs:
+            print("  %-8s failed" % lib, file=sys.stderr)
+            continue
         print("  %-8s best %.1f us; calls %d, min %.0f, median %.0f, max %.0f us" % (
             lib, t * 1e6, len(cs), min(cs) * 1e6, sorted(cs)[len(cs) // 2] * 1e6, max(cs) * 1e6), file=sys.stderr)
     return out

@@ -7,10 +7,10 @@ per-call time = batch time / calls); a call ends when the device is idle again
 (cuCtxSynchronize through dlbridge.synchronize, the same for every library).
 The batches of a cell run in rounds, one batch of each library a round, so
 that all libraries see the machine in the same states (--sequential: each
-library's batches back to back). The garbage collector is off while a cell runs, as timeit has it, so the
-batches follow each other: the steady state. --pause S sleeps S seconds
-before each batch instead (the CPUs idle, the source leaves the cache: a
-program that transfers now and then). GB/s is bytes moved / time (one way; 1 GB = 1e9 bytes). ratio is
+library's batches back to back). The garbage collector is off while a cell
+runs, as timeit has it, so the batches follow each other without a pause.
+--pause S sleeps S seconds before each batch instead (the CPUs idle, the
+source leaves the cache: a program that transfers now and then). GB/s is bytes moved / time (one way; 1 GB = 1e9 bytes). ratio is
 dlbridge's GB/s over the best peer's. Every cell's result is checked
 against the source data; a wrong one prints WRONG and the exit status is 1.
 
@@ -81,16 +81,18 @@ def calls_per_batch(fn):
 
 def cell(fns, reps, pause=0.0, interleave=True):
     """{lib: (best seconds per call, last result)} for {lib: fn}: reps timed
-    batches of each fn (calls_per_batch calls, each followed by sync()).
+    batches of each fn (calls_per_batch calls, each followed by sync()). A
+    library whose call raises is left out of the later rounds and gets
+    (None, the exception); the others go on.
 
     interleave (the default) runs the batches in rounds, one batch of every
     library a round, so that each library's best comes from the same stretch
     of time: on the H100 VM the machine's speed changes from one 25 ms
-    stretch to the next (its host takes vCPUs away now and then, "steal"),
-    and with the libraries one after another a slow stretch fell on one of
-    them alone and moved a small cell's ratio by up to 1.6x either way
-    (bench/results/h100-2026-11-23-session8). interleave=False runs each
-    library's batches back to back, as runs before session 9 did.
+    stretch to the next, and with the libraries one after another a slow
+    stretch fell on one of them alone and moved a small cell's ratio by up
+    to 1.6x either way (bench/results/h100-2026-11-23-session8; session9
+    measures both orders). interleave=False runs each library's batches
+    back to back, as runs before session 9 did.
 
     The garbage collector runs once before the cell and is off while it
     runs, as timeit does: a collection between batches (about 100 ms with
@@ -105,38 +107,47 @@ def cell(fns, reps, pause=0.0, interleave=True):
     try:
         best = {lib: float("inf") for lib in fns}
         last = {lib: None for lib in fns}
+        failed = {}
 
         def batch(lib, k):
+            if lib in failed:
+                return
             fn = fns[lib]
             last[lib] = None
             if pause > 0:
                 time.sleep(pause)
-            t0 = time.perf_counter()
-            for _ in range(k):
-                r = fn()
-                sync()
+            try:
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    r = fn()
+                    sync()
+            except Exception as e:
+                failed[lib] = e
+                return
             best[lib] = min(best[lib], (time.perf_counter() - t0) / k)
             last[lib] = r
 
+        def per_batch(lib):
+            try:
+                return calls_per_batch(fns[lib])
+            except Exception as e:
+                failed[lib] = e
+                return 0
+
         if interleave:
-            ks = {lib: calls_per_batch(fn) for lib, fn in fns.items()}
+            ks = {lib: per_batch(lib) for lib in fns}
             for _ in range(reps):
                 for lib in fns:
                     batch(lib, ks[lib])
         else:
-            for lib, fn in fns.items():
-                k = calls_per_batch(fn)
+            for lib in fns:
+                k = per_batch(lib)
                 for _ in range(reps):
                     batch(lib, k)
-        return {lib: (best[lib], last[lib]) for lib in fns}
+        return {lib: (None, failed[lib]) if lib in failed else (best[lib], last[lib]) for lib in fns}
     finally:
         if was_enabled:
             gc.enable()
-
-
-def best_of(fn, reps, pause=0.0):
-    """(best seconds per call, last result) of fn alone: cell with one library."""
-    return cell({"fn": fn}, reps, pause)["fn"]
 
 
 def to_host(r):
@@ -285,24 +296,17 @@ def main():
             if only and direction not in only:
                 continue
             row = results.setdefault((direction, size), {})
-            # A library whose call raises is reported in the table, counted
-            # as wrong, and left out of the cell's rounds.
-            fns = {}
-            for lib, (fn, _) in libs.items():
-                try:
-                    fn()
-                    sync()
-                    fns[lib] = fn
-                except Exception as e:
-                    row[lib] = (0.0, False, 0.0)
-                    print("  %s %s %s: %s: %s" % (direction, human(size), lib, type(e).__name__, e))
-            timed = cell(fns, args.reps, args.pause, not args.sequential) if fns else {}
+            # A library whose call or check raises is reported here and in
+            # the table, and counted as wrong.
+            timed = cell({lib: fn for lib, (fn, _) in libs.items()}, args.reps, args.pause, not args.sequential)
             for lib, (t, r) in timed.items():
                 try:
+                    if t is None:
+                        raise r
                     row[lib] = (size / t / 1e9, bool(libs[lib][1](r)), t)
                 except Exception as e:
                     row[lib] = (0.0, False, 0.0)
-                    print("  %s %s %s: check: %s: %s" % (direction, human(size), lib, type(e).__name__, e))
+                    print("  %s %s %s: %s: %s" % (direction, human(size), lib, type(e).__name__, e))
             wrong += sum(1 for lib in libs if not row[lib][1])
             timed = r = None
         del table

@@ -77,3 +77,22 @@ def test_short_run_checks_every_cell(tmp_path):
     assert "cells checked: 0 wrong" in r.stdout, r.stdout
     for direction in ("h2d", "h2d-into", "d2h", "d2h-into", "d2d"):
         assert "\n%s\n" % direction in r.stdout, r.stdout
+
+
+def test_cell_leaves_out_a_library_that_raises(bench):
+    calls = {"ok": 0, "bad": 0}
+
+    def ok():
+        calls["ok"] += 1
+        return "r"
+
+    def bad():
+        calls["bad"] += 1
+        if calls["bad"] > 4:  # passes the warm-up, fails in the rounds
+            raise ValueError("broken")
+
+    out = bench.cell({"bad": bad, "ok": ok}, reps=3)
+    assert out["ok"][0] > 0 and out["ok"][1] == "r"
+    t, e = out["bad"]
+    assert t is None and isinstance(e, ValueError)
+    assert calls["bad"] == 5  # never called again after it raised
