@@ -34,9 +34,6 @@ func (g *gate) store(v uint32) {
 	g.mu.Unlock()
 }
 
-// wake has nothing to do: store woke every waiter.
-func (g *gate) wake() {}
-
 // waitChange returns the counter once it differs from old.
 func (g *gate) waitChange(old uint32) uint32 {
 	g.mu.Lock()
