@@ -40,7 +40,7 @@ def test_cell_interleaves_rounds(bench):
     # every library's batch once a round, in the same order.
     assert order[:6] == ["a"] * 3 + ["b"] * 3
     timed = order[6:]
-    k_a, k_b = timed.index("b"), None
+    k_a = timed.index("b")
     assert k_a >= 1 and timed[:k_a] == ["a"] * k_a
     k_b = len(timed) // 3 - k_a
     assert timed == (["a"] * k_a + ["b"] * k_b) * 3
