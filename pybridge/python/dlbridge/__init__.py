@@ -40,6 +40,7 @@ from ._tensor import (
 )
 from ._pointer import from_pointer
 from ._stream import Event, Stream, synchronize
+from ._ops import load_library, ops
 from . import _dtypes, _lib
 
 __version__ = "0.1.0"
