@@ -145,7 +145,7 @@ demo: lib
 	@$(MAKE) -s ext || echo "note: the C extension was not built (it needs python3-dev and python3-setuptools): the demo runs on the ctypes path"
 	DLBRIDGE_LIB=$(CURDIR)/$(LIB) PYTHONPATH=$(CURDIR)/pybridge/python bash examples/demo.sh
 
-# Everything the GPU machine needs, under build/gpu (see shared GPU.md); run there with
+# Everything the GPU machine needs, under build/gpu (see docs/development.md); run there with
 #   bash build/gpu/run.sh
 gpu:
 	bash scripts/build-gpu.sh
