@@ -8,7 +8,7 @@ WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
 
-.PHONY: all lib ext wheel venv test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel venv gofunc-wheel gofunc-wheel-test gofunc-stub test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 
 all: lib
 
@@ -42,6 +42,33 @@ fmt:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags dlbtrace ./zerocopy # the diagnosis build (trace_dlbtrace.go)
+
+# Issue 22's shipping path: examples/gofunc/python builds a wheel of its own
+# (libgofunc.so by `dlbridge build`, run as `go run .../cmd/dlbridge` from the
+# Go package's module), installed with dlbridge's wheel into a fresh venv;
+# tests/check_wheel.py runs from /tmp without DLBRIDGE_LIB or PYTHONPATH: the
+# functions on NumPy arrays, the shipped stub against dlbridge.stubgen and
+# mypy, and the refusal of a second Go library (one Go runtime per process),
+# on both Python paths.
+GOFUNC_WHEELDIR := $(BUILD)/gofunc-wheel
+GOFUNC_VENV := $(BUILD)/gofunc-venv
+
+gofunc-wheel:
+	rm -rf $(GOFUNC_WHEELDIR) examples/gofunc/python/build
+	GO=$(GO) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w $(GOFUNC_WHEELDIR) ./examples/gofunc/python
+
+gofunc-wheel-test: wheel gofunc-wheel
+	rm -rf $(GOFUNC_VENV)
+	$(PY) -m venv --system-site-packages $(GOFUNC_VENV)
+	$(GOFUNC_VENV)/bin/python -m pip install -q --no-index --no-deps $(WHEELDIR)/dlbridge-*.whl $(GOFUNC_WHEELDIR)/gofunc-*.whl
+	$(VPY) $(CURDIR)/$(GOFUNC_VENV)/bin/python $(CURDIR)/examples/gofunc/python/tests/check_wheel.py
+	$(VPY) DLBRIDGE_NO_FASTPATH=1 $(CURDIR)/$(GOFUNC_VENV)/bin/python $(CURDIR)/examples/gofunc/python/tests/check_wheel.py
+
+# The stub the gofunc wheel ships, written again from the library
+# (after a change to examples/gofunc's functions or to dlbridge.stubgen).
+gofunc-stub:
+	$(GO) run ./cmd/dlbridge build -o $(BUILD)/libgofunc.so ./examples/gofunc
+	PYTHONPATH=$(CURDIR)/pybridge/python DLBRIDGE_NO_FASTPATH=1 $(PY) -m dlbridge.stubgen $(BUILD)/libgofunc.so -m gofunc -o examples/gofunc/python/gofunc/__init__.pyi
 
 # The core packages must build and pass without cgo (purego only).
 nocgo:
@@ -130,7 +157,7 @@ fuzz-long-go:
 check-tracked:
 	bash scripts/check-tracked.sh
 
-test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda fuzz
+test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda gofunc-wheel-test fuzz
 
 # A Go user's module outside this repository builds against it with
 # CGO_ENABLED=0 and runs the README's example.
@@ -152,3 +179,4 @@ gpu:
 
 clean:
 	rm -rf $(BUILD) pybridge/python/build pybridge/python/dlbridge.egg-info pybridge/python/dlbridge/*.so
+	rm -rf examples/gofunc/python/build examples/gofunc/python/gofunc.egg-info
