@@ -483,6 +483,15 @@ func (b *builder) prepare() ([]*goPackage, error) {
 		return nil, err
 	}
 	b.workFile = work
+	inv, err := b.invokersSource(pkgs)
+	if err != nil {
+		return nil, err
+	}
+	if inv != nil {
+		if err := b.write("invokers.go", string(inv)); err != nil {
+			return nil, err
+		}
+	}
 	return pkgs, nil
 }
 

@@ -9,6 +9,7 @@ package capi
 import "C"
 
 import (
+	"fmt"
 	"sync/atomic"
 	"unsafe"
 
@@ -136,11 +137,18 @@ func dlb_call_keep(token C.uint64_t, obj unsafe.Pointer) C.int32_t {
 // named none: dlbridge's work stream of that device.
 func defaultStream(dev int) (uintptr, error) { return pybridge.WorkStream(int32(dev)), nil }
 
+// lentArg is the Go side of memory a Python object lends to a call: the
+// view, its owner and the owner's releaser in one allocation.
+type lentArg struct {
+	view   zerocopy.View
+	owner  zerocopy.Owner
+	keeper argKeeper
+}
+
 // callArg is one argument's Go side during a call.
 type callArg struct {
 	borrowed *pybridge.Tensor // DLB_ARG_HANDLE
-	view     *zerocopy.View   // DLB_ARG_MEMORY
-	keeper   *argKeeper
+	lent     *lentArg         // DLB_ARG_MEMORY
 }
 
 // dlb_call calls registered function fn with nargs arguments (one per
@@ -253,13 +261,13 @@ func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*
 		} else {
 			s.Shape = []int64{}
 		}
-		k := &argKeeper{}
-		v, err := zerocopy.Wrap(s, zerocopy.NewOwner(k, "call argument"))
-		if err != nil {
-			return nil, pybridge.WithCode(pybridge.BufferError, err)
+		l := new(lentArg)
+		l.owner.Init(&l.keeper, "call argument")
+		if err := l.view.Init(s, &l.owner); err != nil {
+			return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err))
 		}
-		side.view, side.keeper = v, k
-		return v, nil
+		side.lent = l
+		return &l.view, nil
 	}
 	return nil, pybridge.Errorf(pybridge.TypeError, "%s: missing tensor argument %s", f.Name, p.Name)
 }
@@ -272,10 +280,10 @@ func release(side []callArg, cargs []C.dlb_arg) {
 		if s.borrowed != nil {
 			s.borrowed.Return()
 		}
-		if s.view != nil {
-			s.view.Close()
-			if s.keeper.state.CompareAndSwap(keepInCall, keepAwaiting) {
-				cargs[i].kept = C.uint64_t(awaitingKeep.Add(s.keeper))
+		if l := s.lent; l != nil {
+			l.view.Close()
+			if l.keeper.state.CompareAndSwap(keepInCall, keepAwaiting) {
+				cargs[i].kept = C.uint64_t(awaitingKeep.Add(&l.keeper))
 			}
 		}
 	}
@@ -345,7 +353,7 @@ func publishResults(f *pyfunc.Func, out *pyfunc.Outcome, side []callArg, res *C.
 
 func isArgument(v *zerocopy.View, side []callArg) bool {
 	for i := range side {
-		if side[i].view == v || side[i].borrowed != nil && side[i].borrowed.View == v {
+		if side[i].lent != nil && &side[i].lent.view == v || side[i].borrowed != nil && side[i].borrowed.View == v {
 			return true
 		}
 	}

@@ -48,47 +48,52 @@ func (v Value) pyName() string {
 	return "nothing"
 }
 
-// assign converts v into out (of kind k), or says why not: Python's bool
-// is not a number here, a float is not an integer, and an integer must fit
-// the Go type.
-func (v Value) assign(out reflect.Value, k Kind) string {
-	t := out.Type()
-	switch k {
+// store converts v into Go parameter p's slot of fr, or says why not:
+// Python's bool is not a number here, a float is not an integer, and an
+// integer must fit the Go type.
+func (v Value) store(p *Param, fr *Frame) string {
+	i := p.goIndex
+	switch p.Kind {
 	case BoolKind:
 		if v.Kind == BoolKind {
-			out.SetBool(v.Bool)
+			fr.B[i] = v.Bool
 			return ""
 		}
 	case StringKind:
 		if v.Kind == StringKind {
-			out.SetString(v.Str)
+			fr.Str[i] = v.Str
 			return ""
 		}
 	case IntKind:
-		switch v.Kind {
-		case IntKind:
-			if out.OverflowInt(v.Int) {
-				return fmt.Sprintf("%d is out of range for %v", v.Int, t)
-			}
-			out.SetInt(v.Int)
+		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+		if p.bits < 64 {
+			lo, hi = -1<<(p.bits-1), 1<<(p.bits-1)-1
+		}
+		switch {
+		case v.Kind == IntKind && v.Int >= lo && v.Int <= hi:
+			fr.I[i] = v.Int
 			return ""
-		case UintKind:
-			return fmt.Sprintf("%d is out of range for %v", v.Uint, t)
+		case v.Kind == IntKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Int, p.GoType)
+		case v.Kind == UintKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Uint, p.GoType)
 		}
 	case UintKind:
-		switch v.Kind {
-		case IntKind:
-			if v.Int < 0 || out.OverflowUint(uint64(v.Int)) {
-				return fmt.Sprintf("%d is out of range for %v", v.Int, t)
-			}
-			out.SetUint(uint64(v.Int))
+		hi := uint64(math.MaxUint64)
+		if p.bits < 64 {
+			hi = 1<<p.bits - 1
+		}
+		switch {
+		case v.Kind == IntKind && v.Int >= 0 && uint64(v.Int) <= hi:
+			fr.U[i] = uint64(v.Int)
 			return ""
-		case UintKind:
-			if out.OverflowUint(v.Uint) {
-				return fmt.Sprintf("%d is out of range for %v", v.Uint, t)
-			}
-			out.SetUint(v.Uint)
+		case v.Kind == UintKind && v.Uint <= hi:
+			fr.U[i] = v.Uint
 			return ""
+		case v.Kind == IntKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Int, p.GoType)
+		case v.Kind == UintKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Uint, p.GoType)
 		}
 	case FloatKind:
 		var x float64
@@ -100,15 +105,36 @@ func (v Value) assign(out reflect.Value, k Kind) string {
 		case UintKind:
 			x = float64(v.Uint)
 		default:
-			return "want " + t.String() + " (a float or an int), got " + v.pyName()
+			return "want " + p.GoType.String() + " (a float or an int), got " + v.pyName()
 		}
-		if t.Kind() == reflect.Float32 && !math.IsInf(x, 0) && !math.IsNaN(x) && math.Abs(x) > math.MaxFloat32 {
+		if p.bits == 32 && !math.IsInf(x, 0) && !math.IsNaN(x) && math.Abs(x) > math.MaxFloat32 {
 			return fmt.Sprintf("%v is out of range for float32", x)
 		}
-		out.SetFloat(x)
+		fr.F[i] = x
 		return ""
 	}
-	return "want " + pyType(k, t) + ", got " + v.pyName()
+	return "want " + pyType(p.Kind, p.GoType) + ", got " + v.pyName()
+}
+
+// slot is Go parameter p's value in fr, as a reflect.Value of its type.
+func (fr *Frame) slot(p *Param) reflect.Value {
+	i := p.goIndex
+	var v reflect.Value
+	switch p.Kind {
+	case TensorKind:
+		return reflect.ValueOf(fr.V[i])
+	case BoolKind:
+		v = reflect.ValueOf(fr.B[i])
+	case IntKind:
+		v = reflect.ValueOf(fr.I[i])
+	case UintKind:
+		v = reflect.ValueOf(fr.U[i])
+	case FloatKind:
+		v = reflect.ValueOf(fr.F[i])
+	case StringKind:
+		v = reflect.ValueOf(fr.Str[i])
+	}
+	return v.Convert(p.GoType)
 }
 
 // pyType names the Python value a Go parameter takes.
@@ -151,8 +177,6 @@ type Outcome struct {
 	// writes of the writable arguments and results are pending.
 	Stream uintptr
 }
-
-type frame struct{ in []reflect.Value }
 
 // dimBinding is the extent a named dimension took, and from which argument.
 type dimBinding struct {
@@ -231,43 +255,34 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 			return out, fmt.Errorf("%s: ordering argument %s before the call: %w", f.Name, f.Params[i].Name, err)
 		}
 	}
-	fr := f.frames.Get().(*frame)
-	defer func() {
-		for i := range fr.in {
-			fr.in[i] = reflect.Value{}
-		}
-		f.frames.Put(fr)
-	}()
-	k := 0
-	for i := 0; i < f.nin; i++ {
-		if i == f.streamAt {
-			fr.in[i] = reflect.ValueOf(s)
-			continue
-		}
+	fr := f.spare.Swap(nil)
+	if fr == nil {
+		fr = new(Frame)
+	}
+	defer fr.reset(f)
+	fr.S = s
+	for k := range f.Params {
 		p := &f.Params[k]
+		v := a.Values[k]
 		switch {
 		case p.Kind == TensorKind:
-			fr.in[i] = reflect.ValueOf(a.Tensors[k])
-		case a.Values[k].Kind == 0:
-			if !p.HasDefault {
-				return out, TypeErrorf("%s: missing argument %s (%s)", f.Name, p.Name, pyType(p.Kind, p.GoType))
-			}
-			fr.in[i] = reflect.ValueOf(p.Default)
-		default:
-			val := reflect.New(p.GoType).Elem()
-			if msg := a.Values[k].assign(val, p.Kind); msg != "" {
-				if strings.Contains(msg, "out of range") {
-					return out, ValueErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
-				}
-				return out, TypeErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
-			}
-			fr.in[i] = val
+			fr.V[p.goIndex] = a.Tensors[k]
+			continue
+		case v.Kind == 0 && !p.HasDefault:
+			return out, TypeErrorf("%s: missing argument %s (%s)", f.Name, p.Name, pyType(p.Kind, p.GoType))
+		case v.Kind == 0:
+			v = p.defValue
 		}
-		k++
+		if msg := v.store(p, fr); msg != "" {
+			if strings.Contains(msg, "out of range") {
+				return out, ValueErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
+			}
+			return out, TypeErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
+		}
 	}
-	res, err := f.invoke(fr.in)
-	if err != nil {
-		return out, err
+	if err := f.run(fr); err != nil {
+		fr.closeResults(f)
+		return out, fmt.Errorf("%s: %w", f.Name, err)
 	}
 	// What the body wrote is pending on the stream.
 	if s != nil {
@@ -277,7 +292,80 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 			}
 		}
 	}
-	return f.collect(res, s, a.Stream)
+	return f.collect(fr, s, a.Stream)
+}
+
+// reset clears what f's call left in fr (no pointer outlives the call in
+// a spare frame) and keeps it as f's spare: a call takes the spare or, when
+// another call has it, a new frame.
+func (fr *Frame) reset(f *Func) {
+	fr.S = nil
+	for i := 0; i < f.nin; i++ {
+		fr.V[i], fr.Str[i] = nil, ""
+	}
+	for i := range f.Results {
+		fr.RV[i], fr.RStr[i] = nil, ""
+	}
+	f.spare.Store(fr)
+}
+
+// closeResults closes the result views the body made before it failed.
+func (fr *Frame) closeResults(f *Func) {
+	for i, r := range f.Results {
+		if r.Kind == TensorKind && fr.RV[i] != nil {
+			fr.RV[i].Close()
+			fr.RV[i] = nil
+		}
+	}
+}
+
+// run calls the body with fr's arguments, through f's invoker or else
+// reflection, and leaves its results in fr. A panic in the body comes back
+// as a RuntimeError naming the panic value and where it happened.
+func (f *Func) run(fr *Frame) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = RuntimeErrorf("Go panic: %v%s", r, panicSite())
+		}
+	}()
+	if inv := f.invoker.Load(); inv != nil {
+		return (*inv)(fr)
+	}
+	var inbuf [maxSlots]reflect.Value
+	in := inbuf[:f.nin]
+	for i := range in {
+		if i == f.streamAt {
+			in[i] = reflect.ValueOf(fr.S)
+		}
+	}
+	for k := range f.Params {
+		p := &f.Params[k]
+		in[p.goIndex] = fr.slot(p)
+	}
+	res := f.fn.Call(in)
+	for i, r := range f.Results {
+		rv := res[i]
+		switch r.Kind {
+		case TensorKind:
+			fr.RV[i], _ = rv.Interface().(*zerocopy.View)
+		case BoolKind:
+			fr.RB[i] = rv.Bool()
+		case IntKind:
+			fr.RI[i] = rv.Int()
+		case UintKind:
+			fr.RU[i] = rv.Uint()
+		case FloatKind:
+			fr.RF[i] = rv.Float()
+		case StringKind:
+			fr.RStr[i] = rv.String()
+		}
+	}
+	if f.hasErr {
+		if e := res[len(f.Results)]; !e.IsNil() {
+			return e.Interface().(error)
+		}
+	}
+	return nil
 }
 
 func isCUDA(d dlpack.Device) bool { return d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged }
@@ -304,12 +392,11 @@ func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error
 		return TypeErrorf("%s: argument %s: want %s; got %s: device", f.Name, p.Name, f.want(p, binds), describe(v))
 	}
 	if t.Shape != nil {
-		shape := v.Shape()
-		if len(shape) != len(t.Shape) {
-			return ValueErrorf("%s: argument %s: want %s; got %s: ndim (%d != %d)", f.Name, p.Name, f.want(p, binds), describe(v), len(shape), len(t.Shape))
+		if nd := v.NDim(); nd != len(t.Shape) {
+			return ValueErrorf("%s: argument %s: want %s; got %s: ndim (%d != %d)", f.Name, p.Name, f.want(p, binds), describe(v), nd, len(t.Shape))
 		}
 		for j, d := range t.Shape {
-			got := shape[j]
+			got, _ := v.Dim(j)
 			switch {
 			case d.Name != "":
 				b := &binds[f.dimIndex(d.Name)]
@@ -379,17 +466,6 @@ func describe(v *zerocopy.View) string {
 	return fmt.Sprintf("%s %v %s %s %s", v.DType(), v.Shape(), order, v.Device(), access)
 }
 
-// invoke calls the body; a panic comes back as a RuntimeError naming the
-// function, the panic value and where it happened.
-func (f *Func) invoke(in []reflect.Value) (res []reflect.Value, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			res, err = nil, RuntimeErrorf("%s: Go panic: %v%s", f.Name, r, panicSite())
-		}
-	}()
-	return f.fn.Call(in), nil
-}
-
 // panicSite names the first frame below the panic outside the runtime.
 func panicSite() string {
 	var pcs [32]uintptr
@@ -406,51 +482,37 @@ func panicSite() string {
 	}
 }
 
-// collect turns the body's results into an Outcome; with an error, result
-// views the body made are closed.
-func (f *Func) collect(res []reflect.Value, s *cuda.Stream, stream uintptr) (Outcome, error) {
+// collect turns the body's results in fr into an Outcome.
+func (f *Func) collect(fr *Frame, s *cuda.Stream, stream uintptr) (Outcome, error) {
 	out := Outcome{Stream: stream}
 	n := len(f.Results)
-	var bodyErr error
-	if f.hasErr {
-		if e := res[n]; !e.IsNil() {
-			bodyErr = e.Interface().(error)
-		}
+	if n == 0 {
+		return out, nil
 	}
 	out.Tensors = make([]*zerocopy.View, n)
 	out.Values = make([]Value, n)
 	for i, r := range f.Results {
-		rv := res[i]
 		switch r.Kind {
 		case TensorKind:
-			v, _ := rv.Interface().(*zerocopy.View)
+			v := fr.RV[i]
+			if v == nil {
+				fr.closeResults(f)
+				return Outcome{}, RuntimeErrorf("%s: result %d is a nil *zerocopy.View with a nil error", f.Name, i+1)
+			}
+			if s != nil && isCUDA(v.Device()) && v.Stream() == 0 {
+				v.SetStream(stream)
+			}
 			out.Tensors[i] = v
 		case BoolKind:
-			out.Values[i] = Value{Kind: BoolKind, Bool: rv.Bool()}
+			out.Values[i] = Value{Kind: BoolKind, Bool: fr.RB[i]}
 		case IntKind:
-			out.Values[i] = Value{Kind: IntKind, Int: rv.Int()}
+			out.Values[i] = Value{Kind: IntKind, Int: fr.RI[i]}
 		case UintKind:
-			out.Values[i] = Value{Kind: UintKind, Uint: rv.Uint()}
+			out.Values[i] = Value{Kind: UintKind, Uint: fr.RU[i]}
 		case FloatKind:
-			out.Values[i] = Value{Kind: FloatKind, Float: rv.Float()}
+			out.Values[i] = Value{Kind: FloatKind, Float: fr.RF[i]}
 		case StringKind:
-			out.Values[i] = Value{Kind: StringKind, Str: rv.String()}
-		}
-	}
-	if bodyErr != nil {
-		out.closeTensors()
-		return Outcome{}, fmt.Errorf("%s: %w", f.Name, bodyErr)
-	}
-	for i, v := range out.Tensors {
-		if f.Results[i].Kind != TensorKind {
-			continue
-		}
-		if v == nil {
-			out.closeTensors()
-			return Outcome{}, RuntimeErrorf("%s: result %d is a nil *zerocopy.View with a nil error", f.Name, i+1)
-		}
-		if s != nil && isCUDA(v.Device()) && v.Stream() == 0 {
-			v.SetStream(stream)
+			out.Values[i] = Value{Kind: StringKind, Str: fr.RStr[i]}
 		}
 	}
 	return out, nil

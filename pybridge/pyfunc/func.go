@@ -50,6 +50,10 @@ type Param struct {
 	HasDefault bool
 	// DefaultSrc is the default as the schema writes it ("2.0", "True").
 	DefaultSrc string
+
+	goIndex  int   // the Go parameter it is
+	bits     int   // an int, uint or float type's width
+	defValue Value // Default as a Value
 }
 
 // Result is one result of a registered function.
@@ -69,12 +73,13 @@ type Func struct {
 	GoName string
 
 	fn        reflect.Value
-	nin       int  // the Go function's parameter count
-	streamAt  int  // index of the *cuda.Stream parameter, -1 if none
-	hasErr    bool // the last result is an error
+	invoker   atomic.Pointer[Invoker]
+	spare     atomic.Pointer[Frame] // a frame for the next call
+	nin       int                   // the Go function's parameter count
+	streamAt  int                   // index of the *cuda.Stream parameter, -1 if none
+	hasErr    bool                  // the last result is an error
 	tensorIdx []int
 	dims      []string // the named dimensions, in order of first use
-	frames    sync.Pool
 }
 
 var (
@@ -231,6 +236,7 @@ func NewFunc(schema string, fn any, doc ...string) (*Func, error) {
 		if err != nil {
 			return nil, err
 		}
+		p.goIndex = i
 		if p.Kind == TensorKind {
 			f.tensorIdx = append(f.tensorIdx, len(f.Params))
 			for _, d := range p.Tensor.Shape {
@@ -268,8 +274,10 @@ func NewFunc(schema string, fn any, doc ...string) (*Func, error) {
 		}
 		f.Results = append(f.Results, Result{Kind: kind, GoType: out})
 	}
-	n := f.nin
-	f.frames.New = func() any { return &frame{in: make([]reflect.Value, n)} }
+	if f.nin > maxSlots || len(f.Results) > maxSlots {
+		return nil, fmt.Errorf("%s: %v has more than %d parameters or results", name, t, maxSlots)
+	}
+	f.attachInvoker()
 	return f, nil
 }
 
@@ -284,6 +292,10 @@ func contains(s []string, x string) bool {
 
 func makeParam(fn string, sp schemaParam, t reflect.Type, kind Kind) (Param, error) {
 	p := Param{Name: sp.name, Kind: kind, GoType: t}
+	switch kind {
+	case IntKind, UintKind, FloatKind:
+		p.bits = t.Bits()
+	}
 	if kind == TensorKind {
 		if sp.hasDefault {
 			return p, fmt.Errorf("%s: tensor parameter %q cannot have a default", fn, sp.name)
@@ -302,6 +314,18 @@ func makeParam(fn string, sp schemaParam, t reflect.Type, kind Kind) (Param, err
 			return p, fmt.Errorf("%s: parameter %q: default %s: %w", fn, sp.name, sp.defaultSrc, err)
 		}
 		p.Default, p.HasDefault, p.DefaultSrc = d.Interface(), true, sp.defaultSrc
+		switch kind {
+		case BoolKind:
+			p.defValue = Value{Kind: BoolKind, Bool: d.Bool()}
+		case IntKind:
+			p.defValue = Value{Kind: IntKind, Int: d.Int()}
+		case UintKind:
+			p.defValue = Value{Kind: UintKind, Uint: d.Uint()}
+		case FloatKind:
+			p.defValue = Value{Kind: FloatKind, Float: d.Float()}
+		case StringKind:
+			p.defValue = Value{Kind: StringKind, Str: d.String()}
+		}
 	}
 	return p, nil
 }
@@ -325,11 +349,15 @@ func parseDefault(src string, t reflect.Type, kind Kind) (reflect.Value, error) 
 			return reflect.Value{}, fmt.Errorf("not a Python literal (a number, True, False or a quoted string)")
 		}
 	}
-	out := reflect.New(t).Elem()
-	if msg := v.assign(out, kind); msg != "" {
+	p := &Param{Kind: kind, GoType: t}
+	if kind != BoolKind && kind != StringKind {
+		p.bits = t.Bits()
+	}
+	var fr Frame
+	if msg := v.store(p, &fr); msg != "" {
 		return reflect.Value{}, fmt.Errorf("%s", msg)
 	}
-	return out, nil
+	return fr.slot(p), nil
 }
 
 // Description is what Python learns of a function (Describe).
@@ -340,6 +368,7 @@ type Description struct {
 	Schema  string        `json:"schema"`
 	GoName  string        `json:"go_name"`
 	Stream  bool          `json:"stream"`
+	Fast    bool          `json:"fast"` // called through an Invoker, not reflection
 	Params  []ParamDesc   `json:"params"`
 	Results []ResultsDesc `json:"results"`
 }
@@ -365,7 +394,7 @@ type ResultsDesc struct {
 // Describe is f as JSON for the Python side, index its number.
 func (f *Func) Describe(index int) ([]byte, error) {
 	d := Description{Name: f.Name, Index: index, Doc: f.HelpDoc(), Schema: f.Schema, GoName: f.GoName,
-		Stream: f.streamAt >= 0, Params: []ParamDesc{}, Results: []ResultsDesc{}}
+		Stream: f.streamAt >= 0, Fast: f.Fast(), Params: []ParamDesc{}, Results: []ResultsDesc{}}
 	for _, p := range f.Params {
 		pd := ParamDesc{Name: p.Name, Kind: p.Kind.String(), GoType: p.GoType.String(),
 			HasDefault: p.HasDefault, DefaultSrc: p.DefaultSrc, Default: p.Default}

@@ -1533,8 +1533,8 @@ static dlb_exchange_api producer_api = {
 // (PyTorch 2.11) by the DLTensor it describes itself with; anything else
 // goes through dlbridge.asarray. The Go body runs without the GIL.
 
-#define GOFN_MAX_PARAMS 64
-#define GOFN_MAX_RESULTS 16
+#define GOFN_MAX_PARAMS 16 // pyfunc.maxSlots
+#define GOFN_MAX_RESULTS 16 // pyfunc.maxSlots
 
 enum { P_TENSOR = 1, P_BOOL, P_INT, P_UINT, P_FLOAT, P_STR };
 
@@ -1556,16 +1556,6 @@ typedef struct {
 static PyObject *h_asarray, *h_stream_of, *h_finish, *h_describe;
 static PyObject *s_result_type;
 
-static void gofn_free(PyObject *cap) {
-	gofn *g = PyCapsule_GetPointer(cap, "dlbridge.gofn");
-	if (!g) {
-		PyErr_Clear();
-		return;
-	}
-	Py_XDECREF(g->name);
-	for (int i = 0; i < g->nparams; i++) Py_XDECREF(g->names[i]);
-	free(g);
-}
 
 // One tensor argument during a call: what must be given back after it.
 typedef struct {
@@ -1821,8 +1811,9 @@ static int kw_index(gofn *g, PyObject *key) {
 }
 
 static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-	gofn *g = PyCapsule_GetPointer(self, "dlbridge.gofn");
-	if (!g) return NULL;
+	gofn **gp = PyModule_GetState(self);
+	if (!gp) return NULL;
+	gofn *g = *gp;
 	NEED_LIBRARY(return NULL);
 	PyObject *slot[GOFN_MAX_PARAMS] = {0};
 	PyObject *stream_obj = NULL, *result_type = NULL;
@@ -2004,28 +1995,50 @@ static PyObject *m_make_function(PyObject *mod, PyObject *const *args, Py_ssize_
 		free(g);
 		return NULL;
 	}
-	PyObject *cap = PyCapsule_New(g, "dlbridge.gofn", gofn_free);
-	if (!cap) {
-		for (Py_ssize_t i = 0; i < np; i++) Py_XDECREF(g->names[i]);
-		Py_DECREF(g->name);
-		free(g);
-		return NULL;
-	}
-	// The method definition must outlive the function: one per function,
-	// made once per library load, never freed (as a static one would not be).
+	// The function's self is a module of its own whose state points at g:
+	// a builtin bound to a module reads as a plain function
+	// ("<built-in function scale>"), and its state costs no lookup per
+	// call. The definitions must outlive the function: made once per
+	// function and library load, never freed (as static ones would not be).
 	PyMethodDef *def = malloc(sizeof(PyMethodDef));
+	PyModuleDef *mdef = calloc(1, sizeof(PyModuleDef));
 	const char *pyname = PyUnicode_AsUTF8AndSize(args[2], NULL), *doc = PyUnicode_AsUTF8AndSize(args[3], NULL);
-	if (!def || !pyname || !doc) {
-		free(def);
-		Py_DECREF(cap);
-		return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+	const char *fullname = PyUnicode_AsUTF8AndSize(args[1], NULL);
+	PyObject *self = NULL, *modname = NULL, *f = NULL;
+	if (!def || !mdef || !pyname || !doc || !fullname) {
+		if (!PyErr_Occurred()) PyErr_NoMemory();
+		goto fail;
 	}
 	*def = go_call_def_proto;
 	def->ml_name = strdup(pyname);
 	def->ml_doc = strdup(doc);
-	PyObject *f = PyCFunction_NewEx(def, cap, NULL);
-	Py_DECREF(cap);
+	PyModuleDef proto = {PyModuleDef_HEAD_INIT, strdup(fullname), NULL, sizeof(gofn *), NULL};
+	*mdef = proto;
+	if (!def->ml_name || !def->ml_doc || !mdef->m_name) {
+		PyErr_NoMemory();
+		goto fail;
+	}
+	if (!(self = PyModule_Create(mdef))) goto fail;
+	*(gofn **)PyModule_GetState(self) = g;
+	// __module__: dlbridge.ops.<namespace>
+	const char *dot = strrchr(fullname, '.');
+	modname = PyUnicode_FromFormat("dlbridge.ops.%s", fullname);
+	if (modname && dot) {
+		PyObject *cut = PyUnicode_Substring(modname, 0, (Py_ssize_t)strlen("dlbridge.ops.") + (dot - fullname));
+		Py_DECREF(modname);
+		modname = cut;
+	}
+	f = PyCFunction_NewEx(def, self, modname);
+	Py_XDECREF(modname);
+	Py_DECREF(self);
 	return f;
+fail:
+	free(def);
+	free(mdef);
+	for (Py_ssize_t i = 0; i < np; i++) Py_XDECREF(g->names[i]);
+	Py_DECREF(g->name);
+	free(g);
+	return NULL;
 }
 
 // set_call_helpers(asarray, stream_of, finish, describe): see h_asarray.
