@@ -4,11 +4,12 @@ GO ?= go
 PY ?= /usr/bin/python3
 BUILD := build
 LIB := $(BUILD)/libdlbridge.so
+OPSLIB := $(BUILD)/libopstest.so
 WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
 
-.PHONY: all lib ext wheel venv gofunc-wheel gofunc-wheel-test gofunc-stub test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel venv gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 
 all: lib
 
@@ -43,7 +44,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags dlbtrace ./zerocopy # the diagnosis build (trace_dlbtrace.go)
 
-# Issue 22's shipping path: examples/gofunc/python builds a wheel of its own
+# The Go author's shipping path: examples/gofunc/python builds a wheel of its own
 # (libgofunc.so by `dlbridge build`, run as `go run .../cmd/dlbridge` from the
 # Go package's module), installed with dlbridge's wheel into a fresh venv;
 # tests/check_wheel.py runs from /tmp without DLBRIDGE_LIB or PYTHONPATH: the
@@ -83,10 +84,10 @@ gotest:
 # package it got), twice: on the CPython fast path and on the pure-ctypes
 # path (DLBRIDGE_NO_FASTPATH=1). Its property tests use the Hypothesis
 # profile "ci" (a fixed, derandomized budget).
-VPY := cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1
+VPY := cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 DLBRIDGE_TEST_OPS_LIB=$(CURDIR)/$(OPSLIB)
 VPYTEST := $(CURDIR)/$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
-pytest: venv
+pytest: venv ops-lib
 	@set +e; rc=0; \
 	for fast in on off; do \
 	  nofast=""; if [ $$fast = off ]; then nofast=DLBRIDGE_NO_FASTPATH=1; fi; \
@@ -96,7 +97,13 @@ pytest: venv
 	  if [ $$r -ne 0 ]; then rc=$$r; fi; \
 	done; exit $$rc
 
-# Issue 10's fork check: test_fork.py (20 children per case, both Python
+# The library of the Go-functions tests (tests/test_ops.py runs
+# tests/ops_cases.py against it in a process of its own): examples/gofunc
+# and pybridge/pyfunc/pyfunctest linked by `dlbridge build`.
+ops-lib:
+	$(GO) run ./cmd/dlbridge build -o $(OPSLIB) ./examples/gofunc ./pybridge/pyfunc/pyfunctest
+
+# The fork check: test_fork.py (20 children per case, both Python
 # paths, a busy parent among them) 20 times in a row against the installed
 # wheel; the first failing round stops it and prints its output.
 pytest-fork-repeat: venv
@@ -121,8 +128,9 @@ $(FAKECUDA): testdata/fakecuda/fakecuda.c
 	@mkdir -p $(dir $@)
 	gcc -shared -fPIC -O2 -ffp-contract=off -o $@ $< -lpthread
 
-pytest-fakecuda: venv $(FAKECUDA)
+pytest-fakecuda: venv ops-lib $(FAKECUDA)
 	@set +e; cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 \
+	  DLBRIDGE_TEST_OPS_LIB=$(CURDIR)/$(OPSLIB) \
 	  DLBRIDGE_LIBCUDA=$(CURDIR)/$(FAKECUDA) FAKECUDA_DEVICES=2 \
 	  $(CURDIR)/$(VENV)/bin/python -m pytest -q -rs -p no:cacheprovider $(CURDIR)/pybridge/python/tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc

@@ -29,7 +29,7 @@ import (
 
 func init() {
 	pyfunc.Register("gofunc.scale(out: float32 [N] C writable, x: float32 [N] C, factor=2.0)", Scale)
-	pyfunc.Register("gofunc.normalize_rows(x: float32 [R, K] C writable)", NormalizeRows)
+	pyfunc.Register("gofunc.normalize_rows(x: float32 [R, K] C cpu writable)", NormalizeRows)
 	pyfunc.Register("gofunc.axpy(y: float32 [N] C cuda writable, x: float32 [N] C cuda, a=1.0)", Axpy)
 	pyfunc.Register("gofunc.noop(x: cuda, y: cuda)", Noop)
 }
@@ -61,7 +61,7 @@ func NormalizeRows(x *zerocopy.View) (*zerocopy.View, error) {
 	rows, cols := int(x.Shape()[0]), int(x.Shape()[1])
 	xs, err := zerocopy.HostSlice[float32](x)
 	if err != nil {
-		return nil, pyfunc.TypeErrorf("gofunc.normalize_rows needs host memory: %v", err)
+		return nil, err
 	}
 	norms := make([]float32, rows)
 	for r := 0; r < rows; r++ {

@@ -23,8 +23,17 @@ import (
 // dlbridge.ops.<ns>.<name> describes them with dlb_func_count and
 // dlb_func_describe and calls them with dlb_call.
 
+// dlb_func_count is the number of registered functions, or -1 when a
+// registration failed (the error in dlb_last_error, as ImportError).
+//
 //export dlb_func_count
-func dlb_func_count() C.int32_t { return C.int32_t(len(pyfunc.Funcs())) }
+func dlb_func_count() C.int32_t {
+	if err := pyfunc.Err(); err != nil {
+		pybridge.SetLastError(pybridge.RuntimeError, "dlbridge: the library's Go functions could not all be registered: "+err.Error())
+		return -1
+	}
+	return C.int32_t(len(pyfunc.Funcs()))
+}
 
 // dlb_func_describe writes function i's description (JSON, see
 // pyfunc.Description) into buf (cap bytes, NUL-terminated when it fits)

@@ -2,6 +2,7 @@ package pyfunc
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"runtime"
@@ -115,32 +116,45 @@ var registry struct {
 	byName map[string]*Func
 	list   []*Func
 	docs   map[string]string
+	errs   []error
 }
 
 // Register makes fn callable from Python under the schema's name, with
 // doc as its help text (the Go doc comment, unless doc is given, when the
-// library was built by dlbridge build). It panics on a schema that does
-// not parse, or does not match fn, or on a name registered twice: like
-// http.HandleFunc and regexp.MustCompile, a mistake in the program, found
-// at start-up. Call it from an init function.
+// library was built by dlbridge build). Call it from an init function.
+//
+// A schema that does not parse or does not match fn, or a name registered
+// twice, is a mistake in the program: Register returns nil and records the
+// error, which Err reports and Python raises as ImportError when it reads
+// dlbridge.ops (a panic in a library's init would abort the Python process
+// that loads it). Test a registration with NewFunc, which returns the
+// error.
 func Register(schema string, fn any, doc ...string) *Func {
 	f, err := NewFunc(schema, fn, doc...)
-	if err != nil {
-		panic("pyfunc.Register: " + err.Error())
-	}
 	registry.Lock()
 	defer registry.Unlock()
+	if err == nil && registry.byName[f.Name] != nil {
+		err = fmt.Errorf("%s is registered twice", f.Name)
+	}
+	if err != nil {
+		registry.errs = append(registry.errs, fmt.Errorf("pyfunc.Register: %w", err))
+		return nil
+	}
 	if registry.byName == nil {
 		registry.byName = map[string]*Func{}
-	}
-	if _, dup := registry.byName[f.Name]; dup {
-		panic(fmt.Sprintf("pyfunc.Register: %s is registered twice", f.Name))
 	}
 	registry.byName[f.Name] = f
 	registry.list = append(registry.list, f)
 	snap := append([]*Func(nil), registry.list...)
 	snapshot.Store(&snap)
 	return f
+}
+
+// Err reports the registrations that failed, or nil.
+func Err() error {
+	registry.RLock()
+	defer registry.RUnlock()
+	return errors.Join(registry.errs...)
 }
 
 // snapshot is the registered list for At, which every call reads.

@@ -254,6 +254,10 @@ func ParseTensorSpec(s string) (TensorSpec, error) {
 		rest = rest[:i] + " " + rest[j+1:]
 	}
 	seenOrder, seenDevice := false, false
+	// "float32 | float64" is one word, as "float32|float64".
+	for strings.Contains(rest, " |") || strings.Contains(rest, "| ") {
+		rest = strings.ReplaceAll(strings.ReplaceAll(rest, " |", "|"), "| ", "|")
+	}
 	for _, tok := range strings.Fields(rest) {
 		switch tok {
 		case "C", "F":

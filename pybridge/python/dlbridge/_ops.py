@@ -88,6 +88,9 @@ def load_library(path):
 def _describe_all():
     out = []
     n = _func_count()
+    if n < 0:
+        msg = _lib.last_error()
+        raise ImportError("%s (library %s)" % (msg.decode("utf-8", "replace") if msg else "registration failed", _lib.path))
     size = ctypes.c_int64(0)
     for i in range(n):
         cap = 4096
@@ -215,7 +218,7 @@ class GoFunction:
         self._results = d["results"]
         self.__name__ = d["name"].rpartition(".")[2]
         self.__qualname__ = d["name"]
-        self.__module__ = "dlbridge.ops"
+        self.__module__ = "dlbridge.ops." + d["name"].rpartition(".")[0]
         self.__doc__ = _doc(d)
         self.__text_signature__ = _signature_text(d)
 
@@ -257,14 +260,18 @@ class GoFunction:
             if v is _MISSING:
                 continue
             if p["kind"] == "tensor":
-                t = _as_tensor(v)
+                try:
+                    t = _as_tensor(v)
+                except (TypeError, ValueError, BufferError) as e:
+                    raise type(e)("%s: argument %s: want a tensor, got %s (%s)" % (name, p["name"], type(v).__name__, e)) from None
                 keep.append(t)
                 a.kind, a.handle = _ARG_HANDLE, t.handle
                 if like is None:
                     like = v
-                if stream is None and not h and t.device.type == "cuda":
+                dev_type, dev_id = t.__dlpack_device__()
+                if stream is None and not h and dev_type == _lib.CUDA:
                     probe = _stream_probe(type(v)) if v is not t else None
-                    s = probe(t.device.index) if probe is not None else None
+                    s = probe(dev_id) if probe is not None else None
                     if s:
                         h = s
                 continue
@@ -304,8 +311,11 @@ _MISSING = object()
 
 
 def _scalar_arg(name, p, v, a, keep):
+    """A scalar argument as _core's scalar_arg passes it: Go checks its kind
+    and range against the parameter's Go type."""
     import operator
-    if isinstance(v, bool) or type(v).__name__ == "bool_":
+    kind = p["kind"]
+    if isinstance(v, bool) or kind != "str" and type(v).__name__ == "bool_":
         a.kind, a.i = _ARG_BOOL, int(bool(v))
         return
     if isinstance(v, str):
@@ -316,26 +326,27 @@ def _scalar_arg(name, p, v, a, keep):
     if isinstance(v, float):
         a.kind, a.f = _ARG_FLOAT, v
         return
-    if p["kind"] not in ("str", "bool"):
+    x = None
+    if isinstance(v, int) or kind not in ("str", "bool"):
         try:
             x = operator.index(v)
         except TypeError:
             x = None
-        if x is not None:
-            if -(2**63) <= x < 2**63:
-                a.kind, a.i = _ARG_INT, x
-            elif 0 <= x < 2**64:
-                a.kind, a.u = _ARG_UINT, x
-            else:
-                raise ValueError("%s: argument %s: %r is out of the 64-bit range" % (name, p["name"], v))
+    if x is not None:
+        if -(2**63) <= x < 2**63:
+            a.kind, a.i = _ARG_INT, x
+        elif 0 <= x < 2**64:
+            a.kind, a.u = _ARG_UINT, x
+        else:
+            raise ValueError("%s: argument %s: %r is out of range for a 64-bit integer" % (name, p["name"], v))
+        return
+    if kind == "float":
+        try:
+            a.kind, a.f = _ARG_FLOAT, float(v)
             return
-        if p["kind"] == "float":
-            try:
-                a.kind, a.f = _ARG_FLOAT, float(v)
-                return
-            except (TypeError, ValueError):
-                pass
-    want = {"bool": "bool", "int": "int", "uint": "int", "float": "float", "str": "str"}[p["kind"]]
+        except (TypeError, ValueError):
+            pass
+    want = {"bool": "bool", "int": "int", "uint": "int", "float": "float", "str": "str"}[kind]
     raise TypeError("%s: argument %s: want %s, got %s" % (name, p["name"], want, type(v).__name__))
 
 

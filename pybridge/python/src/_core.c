@@ -1686,7 +1686,20 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 	// Interface, the array interface), which says what is wrong with it.
 	{
 		PyObject *t = PyObject_CallFunctionObjArgs(h_asarray, obj, NULL);
-		if (!t) goto fail;
+		if (!t) {
+			// Say which argument of which function it was.
+			PyObject *et, *ev, *tb;
+			PyErr_Fetch(&et, &ev, &tb);
+			PyErr_NormalizeException(&et, &ev, &tb);
+			PyObject *tn = type_name(obj);
+			PyErr_Format(et ? et : PyExc_TypeError, "%U: argument %U: want a tensor, got %U (%S)", g->name,
+				     g->names[i], tn ? tn : Py_None, ev ? ev : Py_None);
+			Py_XDECREF(tn);
+			Py_XDECREF(et);
+			Py_XDECREF(ev);
+			Py_XDECREF(tb);
+			goto fail;
+		}
 		if (!is_ctensor(t)) {
 			Py_DECREF(t);
 			PyErr_SetString(PyExc_TypeError, "dlbridge: asarray did not give a dlbridge tensor");
@@ -1718,6 +1731,16 @@ static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
 		a->kind = DLB_ARG_BOOL;
 		a->i = v == Py_True;
 		return 0;
+	}
+	if (pk == P_BOOL || pk == P_INT || pk == P_UINT || pk == P_FLOAT) {
+		int b = bool_like(v); // numpy.bool_ is a flag too, never a number
+		if (b < 0) return -1;
+		if (b) {
+			int t = PyObject_IsTrue(v);
+			if (t < 0) return -1;
+			a->kind = DLB_ARG_BOOL, a->i = t;
+			return 0;
+		}
 	}
 	if (PyUnicode_Check(v)) {
 		Py_ssize_t n;
@@ -1760,7 +1783,7 @@ static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
 		if (overflow < 0 || (u == (unsigned long long)-1 && PyErr_Occurred())) {
 			PyErr_Clear();
 			PyObject *r = PyObject_Repr(v);
-			PyErr_Format(PyExc_ValueError, "%U: argument %U: %S is out of the 64-bit range", g->name, g->names[i],
+			PyErr_Format(PyExc_ValueError, "%U: argument %U: %S is out of range for a 64-bit integer", g->name, g->names[i],
 				     r ? r : Py_None);
 			Py_XDECREF(r);
 			return -1;
