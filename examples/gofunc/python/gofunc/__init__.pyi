@@ -55,10 +55,10 @@ def normalize_rows(
     """NormalizeRows scales each row of x in place to unit length and returns
     the norms the rows had (a new host tensor).
 
-    Go function github.com/dlbridge/dlbridge/examples/gofunc.NormalizeRows, registered as ``gofunc.normalize_rows(x: float32 [R, K] C writable)``.
+    Go function github.com/dlbridge/dlbridge/examples/gofunc.NormalizeRows, registered as ``gofunc.normalize_rows(x: float32 [R, K] C cpu writable)``.
 
     Parameters:
-        x: tensor, float32 [R, K] C writable
+        x: tensor, float32 [R, K] C cpu writable
         stream: the CUDA stream to run on (default: the current stream of the tensors' framework)
         result_type: 'torch', 'cupy', 'numpy', 'jax' or 'dlbridge' (default: the first tensor's type)
 
