@@ -1557,6 +1557,8 @@ static PyObject *h_asarray, *h_stream_of, *h_finish, *h_describe;
 static PyObject *s_result_type;
 
 
+#define ARG_INLINE_DIMS 8
+
 // One tensor argument during a call: what must be given back after it.
 typedef struct {
 	PyObject *obj;     // the argument (borrowed from the call)
@@ -1564,6 +1566,7 @@ typedef struct {
 	Py_buffer buf;     // held when has_buf
 	int has_buf;
 	PyObject *ex_kind; // the producer's exchange API capsule (borrowed from kinds), for a kept DLTensor
+	int64_t strides[ARG_INLINE_DIMS]; // a buffer's strides in elements, up to ARG_INLINE_DIMS dimensions
 } argkeep;
 
 // call_stream is the stream the caller works on for a CUDA tensor of
@@ -1626,7 +1629,7 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 			if (ok) {
 				// Strides in elements, in place: the buffer's own array
 				// (Py_ssize_t is int64_t here) stays the exporter's.
-				int64_t *st = PyMem_Malloc(sizeof(int64_t) * (size_t)(b->ndim ? b->ndim : 1));
+				int64_t *st = b->ndim <= ARG_INLINE_DIMS ? k->strides : PyMem_Malloc(sizeof(int64_t) * (size_t)b->ndim);
 				if (!st) {
 					PyErr_NoMemory();
 					return -1;
@@ -1732,7 +1735,7 @@ static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
 		a->i = v == Py_True;
 		return 0;
 	}
-	if (pk == P_BOOL || pk == P_INT || pk == P_UINT || pk == P_FLOAT) {
+	if (!PyFloat_CheckExact(v) && !PyLong_CheckExact(v) && (pk == P_BOOL || pk == P_INT || pk == P_UINT || pk == P_FLOAT)) {
 		int b = bool_like(v); // numpy.bool_ is a flag too, never a number
 		if (b < 0) return -1;
 		if (b) {
@@ -1821,7 +1824,7 @@ static void give_back(argkeep *k, dlb_arg *a) {
 		T->call_keep(a->kept, keep); // Go owns the reference now
 	}
 	if (k->has_buf) PyBuffer_Release(&k->buf);
-	if (a->kind == DLB_ARG_MEMORY && k->has_buf) PyMem_Free((void *)a->strides);
+	if (a->kind == DLB_ARG_MEMORY && k->has_buf && a->strides != k->strides) PyMem_Free((void *)a->strides);
 	Py_XDECREF(k->temp);
 }
 
@@ -1876,7 +1879,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 	dlb_arg a[GOFN_MAX_PARAMS];
 	argkeep k[GOFN_MAX_PARAMS];
 	memset(a, 0, sizeof(dlb_arg) * (size_t)np);
-	memset(k, 0, sizeof(argkeep) * (size_t)np);
+	for (int i = 0; i < np; i++) k[i].obj = k[i].temp = k[i].ex_kind = NULL, k[i].has_buf = 0;
 	int64_t stream = 0;
 	int32_t stream_dev = -1;
 	int stream_known = 0;
