@@ -30,6 +30,7 @@ func init() {
 	pyfunc.Register("pytest.sum(x: float32 | float64)", Sum)
 	pyfunc.Register("pytest.count(x)", Count, "The number of elements of x.")
 	pyfunc.Register("pytest.slow(x: float32 cpu writable, v, spins)", Slow)
+	pyfunc.Register("pytest.full_like(x: float32 cuda, v)", FullLike)
 }
 
 // Echo returns its arguments, converted to the widest kinds.
@@ -182,4 +183,18 @@ func Slow(x *zerocopy.View, v float32, spins int) error {
 		return fmt.Errorf("unreachable")
 	}
 	return nil
+}
+
+// FullLike returns a new CUDA tensor of x's shape filled with v, allocated
+// and filled on the caller's stream (the result is pending there).
+func FullLike(s *cuda.Stream, x *zerocopy.View, v float32) (*zerocopy.View, error) {
+	out, err := zerocopy.AllocCUDAAsync(s, x.DType(), x.Shape()...)
+	if err != nil {
+		return nil, err
+	}
+	if err := zerocopy.Fill(out, zerocopy.Float(float64(v)), s); err != nil {
+		out.Close()
+		return nil, err
+	}
+	return out, nil
 }

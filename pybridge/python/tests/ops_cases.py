@@ -372,9 +372,97 @@ def test_cuda_errors(driver):
     x = dlbridge.asarray(_f32(range(4))).to("cuda")
     with pytest.raises(TypeError, match="gofunc.normalize_rows: argument x: want float32 \\[R, K\\] C cpu writable; got .*cuda"):
         ops.gofunc.normalize_rows(dlbridge.empty((2, 2), device="cuda"))  # host memory only
-    with pytest.raises(TypeError, match="argument x: want float32 \\[N\\] C cuda; got float32 \\[4\\] .* cpu"):
+    with pytest.raises(TypeError, match="argument x: want float32 \\[N\\] C cuda \\(N=4 from y\\); got float32 \\[4\\] .* cpu writable: device"):
         ops.gofunc.axpy(x, np.zeros(4, np.float32))
     if dlbridge.cuda_device_count() > 1:
         z = dlbridge.empty(4, device="cuda:1")
         with pytest.raises(ValueError, match="argument x is on cuda:1 but y is on cuda:0"):
             ops.gofunc.axpy(x, z)
+
+
+@pytest.mark.gpu
+def test_cuda_result_is_pending_on_the_callers_stream(driver):
+    x = dlbridge.zeros(16, device="cuda")
+    s = dlbridge.Stream(device=0)
+    r = ops.pytest.full_like(x, 4.0, stream=s)
+    assert isinstance(r, dlbridge.Tensor) and r.device == "cuda:0"
+    assert np.from_dlpack(r.to("cpu")).tolist() == [4.0] * 16
+
+
+# ---- PyTorch and CuPy on a real GPU ----
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs PyTorch with a CUDA device")
+    return torch
+
+
+@pytest.mark.gpu
+def test_torch_current_stream_reaches_go():
+    torch = _torch_cuda()
+    x = torch.zeros(4, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        got, pending = ops.pytest.stream_of(x)
+    assert got == side.cuda_stream
+    explicit = torch.cuda.Stream()
+    got, _ = ops.pytest.stream_of(x, stream=explicit)
+    assert got == explicit.cuda_stream
+
+
+@pytest.mark.gpu
+def test_torch_chain_slow_producer_call_consumer_on_other_streams():
+    torch = _torch_cuda()
+    producer, caller, consumer = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    n = 1 << 20
+    wrong = 0
+    for i in range(20):
+        x, y = torch.zeros(n, device="cuda"), torch.ones(n, device="cuda")
+        torch.cuda.synchronize()
+        with torch.cuda.stream(producer):
+            torch.cuda._sleep(5_000_000)
+            x.fill_(i + 1)
+            if i % 2:
+                ops.gofunc.axpy(y, x, 2.0)                 # on the producer's (current) stream
+                consumer.wait_stream(producer)
+            else:
+                ops.gofunc.axpy(y, x, 2.0, stream=caller)  # on another stream: after the fill, by event
+                consumer.wait_stream(caller)
+        with torch.cuda.stream(consumer):
+            ok = bool((y == 2 * (i + 1) + 1).all())
+        wrong += not ok
+    assert wrong == 0
+
+
+@pytest.mark.gpu
+def test_torch_cuda_results_come_back_as_torch():
+    torch = _torch_cuda()
+    x = torch.zeros(8, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        r = ops.pytest.full_like(x, 3.0)
+        assert type(r) is torch.Tensor and r.device.type == "cuda"
+        assert r.tolist() == [3.0] * 8
+
+
+@pytest.mark.gpu
+def test_cupy_arrays_and_current_stream():
+    cupy = pytest.importorskip("cupy")
+    if dlbridge.cuda_device_count() == 0 or getattr(dlbridge.Stream, "__module__", "") == "":
+        pytest.skip("needs CUDA")
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # noqa: BLE001 - CuPy without a usable device
+        pytest.skip("CuPy has no CUDA device")
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.full(16, 2, dtype=cupy.float32)
+        y = cupy.ones(16, dtype=cupy.float32)
+        got, _ = ops.pytest.stream_of(x)
+        assert got == s.ptr
+        ops.gofunc.axpy(y, x, 3.0)
+        r = ops.pytest.full_like(x, 1.5)
+    assert type(r) is cupy.ndarray
+    s.synchronize()
+    assert y.get().tolist() == [7.0] * 16 and r.get().tolist() == [1.5] * 16
