@@ -1609,7 +1609,15 @@ static int call_stream_of_kind(PyObject *kind, int32_t dev, int64_t *out) {
 // tensor_arg fills a for obj, recording in k what to give back. *stream is
 // set to the caller's stream when the argument is the first CUDA tensor
 // whose producer names one and the caller named none.
-static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int64_t *stream, int *stream_known) {
+// The current stream a producer named for a device, asked once a call.
+typedef struct {
+	PyObject *kind; // the producer's kind (a reference go_call drops), NULL if none yet
+	int32_t dev;
+	int64_t stream;
+} stream_cache;
+
+static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int64_t *stream, int *stream_known,
+		      stream_cache *cache) {
 	k->obj = obj;
 	if (is_ctensor(obj)) {
 		CTensor *t = (CTensor *)obj;
@@ -1675,9 +1683,18 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 				a->strides = dl.strides;
 				k->ex_kind = kind;
 				if (dl.device.device_type == DLB_CUDA) {
+					// Its writes are queued on the producer's current stream:
+					// asked once a call per producer and device.
 					int64_t s = 0;
-					if (call_stream_of_kind(kind, dl.device.device_id, &s) < 0) goto fail;
-					a->stream = s; // its writes are queued on the producer's current stream
+					if (cache->kind == kind && cache->dev == dl.device.device_id) {
+						s = cache->stream;
+					} else {
+						if (call_stream_of_kind(kind, dl.device.device_id, &s) < 0) goto fail;
+						Py_INCREF(kind);
+						Py_XDECREF(cache->kind);
+						cache->kind = kind, cache->dev = dl.device.device_id, cache->stream = s;
+					}
+					a->stream = s;
 					if (!*stream_known && s) *stream = s, *stream_known = 1;
 				}
 				Py_DECREF(kind);
@@ -1895,12 +1912,13 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 		Py_DECREF(r);
 		stream = h, stream_dev = (int32_t)d, stream_known = 1;
 	}
+	stream_cache scache = {NULL, -1, 0};
 	int done = 0;
 	for (; done < np; done++) {
 		int i = done;
 		if (!slot[i]) continue;
 		if (g->kinds[i] == P_TENSOR) {
-			if (tensor_arg(g, i, slot[i], &a[i], &k[i], &stream, &stream_known) < 0) {
+			if (tensor_arg(g, i, slot[i], &a[i], &k[i], &stream, &stream_known, &scache) < 0) {
 				done++;
 				goto out;
 			}
@@ -1974,6 +1992,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 out:
 	for (int i = 0; i < done; i++)
 		if (g->kinds[i] == P_TENSOR && slot[i]) give_back(&k[i], &a[i]);
+	Py_XDECREF(scache.kind);
 	return result;
 }
 
