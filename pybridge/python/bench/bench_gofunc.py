@@ -205,6 +205,11 @@ def threads_scaling(torch):
         f = ops.gofunc.noop
         return s, lambda: f(x, y)
 
+    def fill10_case():
+        x, s = torch.zeros(1024, device="cuda"), torch.cuda.Stream()
+        f = ops.pytest.fill_times
+        return s, lambda: f(x, 1.0, 10)
+
     def slow_case():
         x = numpy.zeros(64, numpy.float32)
         f = ops.pytest.slow
@@ -239,6 +244,7 @@ def threads_scaling(torch):
     print("== threads: calls per second, each thread its own tensors and stream")
     cases = [("gofunc.axpy (one kernel launch)", axpy_case), ("gofunc.noop (no driver call)", noop_case)]
     if "pytest" in dir(ops):
+        cases.append(("pytest.fill_times(x, 1.0, 10) (10 launches)", fill10_case))
         cases.append(("pytest.slow (a host body, no GPU)", slow_case))
     for name, case in cases:
         one = max(run(case, 1, 3000) for _ in range(3))
