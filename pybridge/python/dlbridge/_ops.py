@@ -351,6 +351,20 @@ def _scalar_arg(name, p, v, a, keep):
     raise TypeError("%s: argument %s: want %s, got %s" % (name, p["name"], want, type(v).__name__))
 
 
+def _as_function(g):
+    """g as a plain Python function, which help() and inspect show with its
+    signature and doc as they show the extension's builtin functions."""
+
+    def call(*args, **kwargs):
+        return g(*args, **kwargs)
+
+    call.__name__, call.__qualname__, call.__module__ = g.__name__, g.__qualname__, g.__module__
+    call.__doc__ = g.__doc__
+    call.__signature__ = _signature(g._d)
+    call.__wrapped__ = g
+    return call
+
+
 def _signature(d):
     import inspect
     P = inspect.Parameter
@@ -368,7 +382,7 @@ def _signature(d):
 def _make(d):
     core = _lib.core
     if core is None:
-        return GoFunction(d)
+        return _as_function(GoFunction(d))
     m = core["module"]
     pyname = d["name"].rpartition(".")[2]
     doc = pyname + _signature_text(d) + "\n--\n\n" + _doc(d)
