@@ -1537,6 +1537,7 @@ static dlb_exchange_api producer_api = {
 #define GOFN_MAX_RESULTS 16 // pyfunc.maxSlots
 
 enum { P_TENSOR = 1, P_BOOL, P_INT, P_UINT, P_FLOAT, P_STR };
+#define P_WRITABLE 0x100 // or'ed into a tensor's kind by dlbridge._ops
 
 typedef struct {
 	int32_t index;
@@ -1545,6 +1546,7 @@ typedef struct {
 	PyObject *name;               // "mylib.scale"
 	PyObject *names[GOFN_MAX_PARAMS]; // interned
 	int32_t kinds[GOFN_MAX_PARAMS];
+	int32_t writable[GOFN_MAX_PARAMS]; // a tensor the function writes
 	int32_t required[GOFN_MAX_PARAMS];
 } gofn;
 
@@ -1949,7 +1951,13 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 		PyMem_Free(infos);
 		goto out;
 	}
-	note_write_in_flight(); // a written argument's pending stream changed: tensors ask Go again
+	// A dlbridge tensor the function writes now has a write pending on the
+	// call's stream: tensors of its memory ask Go again before an export.
+	for (int i = 0; i < np; i++)
+		if (a[i].kind == DLB_ARG_HANDLE && g->writable[i]) {
+			note_write_in_flight();
+			break;
+		}
 	if (nr == 0) {
 		result = Py_None;
 		Py_INCREF(result);
@@ -2029,7 +2037,9 @@ static PyObject *m_make_function(PyObject *mod, PyObject *const *args, Py_ssize_
 		Py_INCREF(n);
 		PyUnicode_InternInPlace(&n);
 		g->names[i] = n;
-		g->kinds[i] = (int32_t)PyLong_AsLong(PyTuple_GetItem(kinds, i));
+		long kind = PyLong_AsLong(PyTuple_GetItem(kinds, i));
+		g->kinds[i] = (int32_t)(kind & 0xff);
+		g->writable[i] = (kind & P_WRITABLE) != 0;
 		g->required[i] = PyObject_IsTrue(PyTuple_GetItem(req, i));
 	}
 	for (Py_ssize_t r = 0; r < nr; r++)

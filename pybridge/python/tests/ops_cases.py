@@ -510,3 +510,20 @@ def test_torch_cuda_graph_capture_survives_a_call():
         g.replay()
     torch.cuda.synchronize()
     assert y.tolist() == [18.0] * 4096
+
+
+@pytest.mark.gpu
+def test_jax_and_numba_arrays_are_arguments():
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(6.0, dtype=jnp.float32)
+    assert ops.pytest.count(x) == 6
+    a, b = ops.pytest.pair(3, result_type="jax")
+    assert type(a).__module__.startswith("jax") and a.tolist() == [0.0, 1.0, 2.0]
+    numba_cuda = pytest.importorskip("numba.cuda")
+    if not numba_cuda.is_available():
+        pytest.skip("numba sees no CUDA device")
+    d = numba_cuda.to_device(np.full(8, 2, np.float32))   # the CUDA Array Interface
+    y = numba_cuda.to_device(np.ones(8, np.float32))
+    ops.gofunc.axpy(y, d, 3.0)
+    numba_cuda.synchronize()
+    assert y.copy_to_host().tolist() == [7.0] * 8
