@@ -265,3 +265,47 @@ func TestBuildModulePath(t *testing.T) {
 		t.Errorf("go.mod:\n%s", mod)
 	}
 }
+
+// TestInvokersForRegisteredSignatures: build writes a direct call for each
+// signature the packages register that the generated main package can
+// name (a named type exported from its package, a func literal, a method
+// value), leaves the others to reflection, and the result compiles.
+func TestInvokersForRegisteredSignatures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks and links a c-shared library (-short)")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no C compiler for cgo")
+	}
+	lib := filepath.Join(t.TempDir(), "libsigs.so")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"build", "-work", "-o", lib, "./testdata/pkgs/sigs"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("status %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	m := regexp.MustCompile(`WORK=(\S+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no WORK= line: %s", stderr.String())
+	}
+	defer os.RemoveAll(m[1])
+	src, err := os.ReadFile(filepath.Join(m[1], "invokers.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Aliases are numbered in the order packages come: compare without them.
+	text := regexp.MustCompile(`\bp[0-9]+\.`).ReplaceAllString(string(src), "P.")
+	for _, want := range []string{
+		"fn.(func(*P.View, P.Mode, bool) (int64, error))",
+		"f(fr.V[0], P.Mode(fr.I[1]), bool(fr.B[2]))",
+		"fn.(func(string, uint8) (bool, float64, error))",
+		"r0, r1, err := f(string(fr.Str[0]), uint8(fr.U[1]))",
+		"fn.(func(int) int)",
+		"fn.(func(*P.Stream, *P.View) (*P.View, error))",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("invokers.go lacks %s:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "level") {
+		t.Errorf("invokers.go names the unexported type level:\n%s", text)
+	}
+}
