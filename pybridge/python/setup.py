@@ -28,10 +28,11 @@ from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = "module github.com/dlbridge/dlbridge"
-# Stable ABI from 3.11 (the buffer-protocol slots joined it then), where no
+# Stable ABI from 3.10 (Ubuntu 22.04's Python; src/_core.c says how the
+# buffer protocol, limited API only from 3.11, is declared there), where no
 # free-threaded interpreter is in use (abi3 does not cover those).
-ABI3 = sys.version_info >= (3, 11) and not sysconfig.get_config_var("Py_GIL_DISABLED")
-ABI3_TAG, ABI3_HEX = "cp311", "0x030B0000"
+ABI3 = sys.version_info >= (3, 10) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+ABI3_TAG, ABI3_HEX = "cp310", "0x030A0000"
 
 
 class BuildError(Exception):
@@ -131,7 +132,12 @@ class BuildExt(build_ext):
         find_cc("libdlbridge.so (cgo)")
         out = os.path.abspath(self.get_ext_fullpath(ext.name))
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        cmd = [go, "build", "-buildmode=c-shared", "-ldflags=-s -w", "-o", out, ext.main_package]
+        # Reproducible: no build paths (-trimpath), no Go build ID, no symbol
+        # table or DWARF; the module's vendor/ directory where an sdist has it.
+        cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false",
+               "-ldflags=-s -w -buildid=", "-o", out, ext.main_package]
+        if os.path.isdir(os.path.join(root, "vendor")):
+            cmd[2:2] = ["-mod=vendor"]
         print(" ".join(cmd), "(in %s)" % root, flush=True)
         env = dict(os.environ, CGO_ENABLED="1")
         try:
@@ -178,7 +184,11 @@ def extensions():
         include_dirs=[os.path.join(root, "pybridge", "capi"), os.path.join(root, "pybridge")],
         depends=[os.path.join(root, "pybridge", "capi", h) for h in ("pyabi.h", "capi.h")]
         + [os.path.join(root, "pybridge", "pyapi.h")],
-        extra_compile_args=["-std=c11"],
+        # A function missing from the limited API must fail the build, not
+        # the import; -ffile-prefix-map and -s (stripped) keep build paths out.
+        extra_compile_args=["-std=c11", "-Werror=implicit-function-declaration",
+                            "-ffile-prefix-map=%s=." % HERE, "-ffile-prefix-map=%s=." % root],
+        extra_link_args=["-s"],
         define_macros=[("Py_LIMITED_API", ABI3_HEX)] if ABI3 else [],
         py_limited_api=ABI3,
     )
