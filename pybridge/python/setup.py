@@ -150,8 +150,9 @@ class BuildExt(build_ext):
 
 
 class Sdist(sdist):
-    """An sdist that carries the Go module (under _gosrc/), so that a wheel
-    can be built from it alone."""
+    """An sdist that carries the Go module (under _gosrc/) with the modules
+    it needs (_gosrc/vendor, `go mod vendor`), so that a wheel builds from
+    it alone, with no network (GOPROXY=off)."""
 
     def make_release_tree(self, base_dir, files):
         super().make_release_tree(base_dir, files)
@@ -171,6 +172,15 @@ class Sdist(sdist):
                 continue
             os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
             shutil.copy2(os.path.join(root, rel), os.path.join(dest, rel))
+        if os.path.isdir(os.path.join(root, "vendor")):  # an sdist of an sdist: copied above
+            return
+        try:
+            subprocess.run([find_go(), "mod", "vendor", "-o", os.path.abspath(os.path.join(dest, "vendor"))],
+                           cwd=root, check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            sys.exit("dlbridge: `go mod vendor` for the sdist failed: %s" % e)
+        except BuildError as e:
+            sys.exit(str(e))
 
 
 def extensions():
