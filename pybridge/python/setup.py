@@ -17,6 +17,7 @@ The wheel runs without Go. GO and CC choose the toolchains.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,11 @@ import sysconfig
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.sdist import sdist
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70: the wheel package's
+    from wheel.bdist_wheel import bdist_wheel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = "module github.com/dlbridge/dlbridge"
@@ -183,6 +189,62 @@ class Sdist(sdist):
             sys.exit(str(e))
 
 
+# What a manylinux wheel may link besides glibc's versioned symbols (PEP 600
+# and the manylinux2014 policy of auditwheel): the libraries of glibc itself.
+MANYLINUX_LIBS = {"libc.so.6", "libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1",
+                  "libgcc_s.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
+
+
+def _loaderr():
+    """dlbridge/_loaderr.py (its ELF reader) loaded by path: the package
+    itself is not importable at build time."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_dlbridge_loaderr", os.path.join(HERE, "dlbridge", "_loaderr.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def earned_platform_tag(root, plat):
+    """The platform tag the ELF files under root earn: manylinux_2_X_<arch>
+    where X is the newest glibc version their symbols need (2.17 at least,
+    with its alias manylinux2014), and they link nothing beyond glibc's own
+    libraries; else plat as it was (linux_<arch>). The tag is what a check
+    of the binaries finds, not a name chosen in advance."""
+    if not plat.startswith("linux_"):
+        return plat
+    arch = plat[len("linux_"):]
+    read_elf = _loaderr().read_elf
+    need = (2, 17)
+    found = False
+    for d, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if not f.endswith(".so"):
+                continue
+            elf = read_elf(os.path.join(d, f))
+            found = True
+            if elf["machine"] != arch or not set(elf["needed"]) <= MANYLINUX_LIBS:
+                return plat
+            if any(not re.fullmatch(r"GLIBC_\d+\.\d+(\.\d+)?|GCC_\d+(\.\d+)*", v)
+                   for vs in elf["versions"].values() for v in vs):  # GLIBC_PRIVATE, ...
+                return plat
+            if elf["glibc"] and elf["glibc"] > need:
+                need = elf["glibc"]
+    if not found:
+        return plat
+    tag = "manylinux_%d_%d_%s" % (need + (arch,))
+    return tag + ".manylinux2014_" + arch if need == (2, 17) else tag
+
+
+class BdistWheel(bdist_wheel):
+    """A wheel tagged manylinux_2_X as its binaries earn (earned_platform_tag)."""
+
+    def get_tag(self):
+        impl, abi, plat = super().get_tag()
+        return impl, abi, earned_platform_tag(self.bdist_dir, plat)
+
+
 def extensions():
     try:
         root = go_root()
@@ -207,6 +269,6 @@ def extensions():
 
 setup(
     ext_modules=extensions(),
-    cmdclass={"build_ext": BuildExt, "sdist": Sdist},
+    cmdclass={"build_ext": BuildExt, "sdist": Sdist, "bdist_wheel": BdistWheel},
     options={"bdist_wheel": {"py_limited_api": ABI3_TAG}} if ABI3 else {},
 )

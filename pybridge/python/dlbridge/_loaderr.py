@@ -22,11 +22,13 @@ import re
 import struct
 import sys
 import warnings
+from typing import Dict, List, Optional, Set, Tuple, TypedDict
 
 # ELF e_machine values -> the names of platform.machine() and wheel tags.
 _MACHINES = {3: "i686", 40: "armv7l", 62: "x86_64", 183: "aarch64", 20: "ppc", 21: "ppc64le",
              22: "s390x", 243: "riscv64"}
 _SHT_GNU_VERNEED = 0x6FFFFFFE
+_SHT_DYNAMIC = 6
 
 _REBUILD = ("build it from source on this machine instead: pip install --no-binary dlbridge dlbridge "
             "(needs Go 1.25 or later and gcc)")
@@ -36,11 +38,20 @@ class ElfError(ValueError):
     """The file is not an ELF shared object this module can read."""
 
 
-def read_elf(path):
+class ElfInfo(TypedDict):
+    machine: str
+    bits: int
+    glibc: Optional[Tuple[int, int]]
+    versions: Dict[str, List[str]]
+    needed: List[str]
+
+
+def read_elf(path: str) -> ElfInfo:
     """A dict describing the ELF file at path: machine (a platform.machine()
     name), bits (32 or 64), and glibc: the newest GLIBC_x.y version it needs
     as a tuple, None if it needs none; versions maps each needed library to
-    its sorted version names. ElfError if it is not an ELF file."""
+    its sorted version names; needed lists the DT_NEEDED libraries. ElfError
+    if it is not an ELF file."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:4] != b"\x7fELF":
@@ -61,16 +72,27 @@ def read_elf(path):
     sections = []
     for i in range(shnum):
         sections.append(struct.unpack_from(shfmt, data, shoff + i * shentsize))
-    versions = {}
+    versions: Dict[str, Set[str]] = {}
+    needed: List[str] = []
     for sec in sections:
-        _, sh_type, _, _, sh_offset, _, sh_link, sh_info = sec[:8]
-        if sh_type != _SHT_GNU_VERNEED:
+        _, sh_type, _, _, sh_offset, sh_size, sh_link, sh_info = sec[:8]
+        if sh_type not in (_SHT_GNU_VERNEED, _SHT_DYNAMIC):
             continue
         strtab = sections[sh_link][4]
 
-        def name(off):
+        def name(off: int, strtab: int = strtab) -> str:
             start = strtab + off
             return data[start:data.index(b"\0", start)].decode("ascii", "replace")
+
+        if sh_type == _SHT_DYNAMIC:
+            dfmt = end + ("qQ" if bits == 64 else "iI")
+            for pos in range(sh_offset, sh_offset + sh_size, struct.calcsize(dfmt)):
+                tag, val = struct.unpack_from(dfmt, data, pos)
+                if tag == 0:  # DT_NULL
+                    break
+                if tag == 1:  # DT_NEEDED
+                    needed.append(name(val))
+            continue
 
         pos = sh_offset
         for _ in range(sh_info):
@@ -92,16 +114,17 @@ def read_elf(path):
                 v = (int(m.group(1)), int(m.group(2)))
                 glibc = v if glibc is None or v > glibc else glibc
     return {"machine": _MACHINES.get(machine, "e_machine %d" % machine), "bits": bits,
-            "glibc": glibc, "versions": {k: sorted(v) for k, v in sorted(versions.items())}}
+            "glibc": glibc, "versions": {k: sorted(v) for k, v in sorted(versions.items())},
+            "needed": needed}
 
 
-def host_machine():
+def host_machine() -> str:
     """This machine's architecture under the name wheel tags use."""
     m = platform.machine()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m.lower(), m)
 
 
-def host_glibc():
+def host_glibc() -> Optional[Tuple[int, int]]:
     """The glibc version of this process as a tuple, None where the C
     library is not glibc (musl: Alpine)."""
     try:
@@ -112,11 +135,11 @@ def host_glibc():
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _v(t):
+def _v(t: Tuple[int, int]) -> str:
     return "%d.%d" % t
 
 
-def explain(path, err=None):
+def explain(path: str, err: Optional[BaseException] = None) -> str:
     """One paragraph: why the native file at path does not load here and
     what to do; err is the loader's exception, quoted at the end."""
     raw = " (the loader said: %s)" % err if err else ""
@@ -160,7 +183,7 @@ def explain(path, err=None):
             "or %s%s" % (path, _REBUILD, raw))
 
 
-def extension_fallback(err):
+def extension_fallback(err: ImportError) -> str:
     """Why dlbridge runs on the ctypes path when importing dlbridge._core
     raised err (an ImportError): a sentence for dlbridge.fast_path_reason.
     An extension that is there but fails to load is also a RuntimeWarning
@@ -187,7 +210,7 @@ def extension_fallback(err):
     return why
 
 
-def _main(argv):
+def _main(argv: List[str]) -> int:
     rc = 0
     for path in argv:
         try:
@@ -196,8 +219,8 @@ def _main(argv):
             print("%s: %s" % (path, e), file=sys.stderr)
             rc = 1
             continue
-        elf["glibc"] = _v(elf["glibc"]) if elf["glibc"] else None
-        print(json.dumps(dict(elf, path=path), sort_keys=True))
+        glibc = elf["glibc"]
+        print(json.dumps(dict(elf, path=path, glibc=_v(glibc) if glibc else None), sort_keys=True))
     return rc
 
 
