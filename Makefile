@@ -22,18 +22,43 @@ lib:
 ext:
 	cd pybridge/python && GO=$(GO) $(PY) setup.py -q build_ext --inplace
 
-# The wheel users install (platform-tagged, abi3 on CPython 3.11+), built
-# offline with Debian's setuptools: build/wheel/dlbridge-*.whl.
+# The wheel users install (cp310-abi3 on CPython 3.10+ with the GIL; tagged
+# manylinux_2_X as its binaries' glibc needs decide), built offline with
+# Debian's setuptools from the checkout: build/wheel/dlbridge-*.whl.
 wheel:
 	rm -rf $(WHEELDIR)
 	GO=$(GO) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w $(WHEELDIR) ./pybridge/python
 
-# A fresh virtual environment with the wheel installed, as a user has it
-# (Debian's numpy, torch and pytest visible through the system site-packages).
-venv: wheel
+# The release files: the sdist (Go modules vendored) and the wheel built
+# from it offline, twice, byte-identical; checked by scripts/check-dist.py
+# (tags against the binaries' glibc needs, LICENSE, py.typed, stubs).
+dist:
+	GO=$(GO) PY=$(PY) bash scripts/dist.sh
+
+# A fresh virtual environment with the release wheel installed, as a user
+# has it (Debian's numpy, torch and pytest visible through the system
+# site-packages).
+venv: dist
 	rm -rf $(VENV)
 	$(PY) -m venv --system-site-packages $(VENV)
-	$(VENV)/bin/python -m pip install -q --no-index --no-deps $(WHEELDIR)/dlbridge-*.whl
+	$(VENV)/bin/python -m pip install -q --no-index --no-deps dist/dlbridge-*.whl
+
+# Types: mypy --strict on the package (its stubs, pyproject's [tool.mypy]),
+# stubtest of the stubs against the installed package, and a user's script
+# checked for its revealed types and for the errors mypy must report.
+typecheck: venv
+	cd pybridge/python && $(PY) -m mypy --no-incremental -p dlbridge
+	cd /tmp && $(CURDIR)/$(VENV)/bin/python -m mypy.stubtest --mypy-config-file $(CURDIR)/pybridge/python/pyproject.toml \
+	  --allowlist $(CURDIR)/pybridge/python/tests/typing/stubtest-allowlist.txt dlbridge
+	$(PY) pybridge/python/tests/typing/check.py --python-executable $(CURDIR)/$(VENV)/bin/python
+
+# Every CPython from 3.10 up that the machine image carries (pyenv): the
+# release wheel installed in a fresh venv of each, import and the suite's
+# NumPy-free part (scripts/pytest-pythons.sh). PYTHONS overrides the list.
+PYENV_ROOT ?= /root/.pyenv
+PYTHONS ?= $(shell ls -d $(PYENV_ROOT)/versions/3.* 2>/dev/null | grep -Ev '/3\.[0-9]([.]|$$)' | sed 's|$$|/bin/python|')
+pytest-pythons: dist
+	bash scripts/pytest-pythons.sh dist/dlbridge-*.whl $(PYTHONS)
 
 fmt:
 	@out="$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))"; \
@@ -130,7 +155,7 @@ fuzz-long-go:
 check-tracked:
 	bash scripts/check-tracked.sh
 
-test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda fuzz
+test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda typecheck pytest-pythons fuzz
 
 # A Go user's module outside this repository builds against it with
 # CGO_ENABLED=0 and runs the README's example.
@@ -151,4 +176,4 @@ gpu:
 	bash scripts/build-gpu.sh
 
 clean:
-	rm -rf $(BUILD) pybridge/python/build pybridge/python/dlbridge.egg-info pybridge/python/dlbridge/*.so
+	rm -rf $(BUILD) dist pybridge/python/build pybridge/python/dlbridge.egg-info pybridge/python/dlbridge/*.so
