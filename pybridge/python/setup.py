@@ -144,8 +144,11 @@ class BuildExt(build_ext):
                "-ldflags=-s -w -buildid=", "-o", out, ext.main_package]
         if os.path.isdir(os.path.join(root, "vendor")):
             cmd[2:2] = ["-mod=vendor"]
-        print(" ".join(cmd), "(in %s)" % root, flush=True)
         env = dict(os.environ, CGO_ENABLED="1")
+        floor = self.glibc_floor()
+        if floor:
+            env["CGO_LDFLAGS"] = " ".join(floor + [env.get("CGO_LDFLAGS", "")]).strip()
+        print(" ".join(cmd), "(in %s)" % root, "CGO_LDFLAGS=%r" % env.get("CGO_LDFLAGS", ""), flush=True)
         try:
             subprocess.run(cmd, cwd=root, env=env, check=True)
         except (OSError, subprocess.CalledProcessError) as e:
@@ -153,6 +156,35 @@ class BuildExt(build_ext):
         header = os.path.splitext(out)[0] + ".h"  # go build writes the cgo header beside it
         if os.path.exists(header):
             os.remove(header)
+
+
+    def glibc_floor(self):
+        """Linker flags that bind glibc symbols at the versions of glibc
+        DLBRIDGE_GLIBC_FLOOR (default 2.17; empty: this machine's), through
+        stub libraries written by glibc_floor.py; [] where that cannot be
+        done (not glibc, no objdump): the wheel tag then says what the
+        library needs."""
+        want = os.environ.get("DLBRIDGE_GLIBC_FLOOR", "2.17")
+        if not want or not sys.platform.startswith("linux"):
+            return []
+        try:
+            if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+                return []
+        except (ValueError, OSError):
+            return []
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_dlbridge_glibc_floor", os.path.join(HERE, "glibc_floor.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        cc = (os.environ.get("CC") or find_cc("libdlbridge.so (cgo)")).split()[0]
+        try:
+            return mod.write_stubs(os.path.join(os.path.abspath(self.build_temp), "glibc-stubs"),
+                                   tuple(int(x) for x in want.split(".")), cc)
+        except (mod.FloorError, OSError, subprocess.CalledProcessError) as e:
+            print("dlbridge: note: libdlbridge.so is linked against this machine's glibc versions, not "
+                  "%s's: %s" % (want, e), flush=True)
+            return []
 
 
 class Sdist(sdist):
