@@ -8,7 +8,7 @@ WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
 
-.PHONY: all lib ext wheel venv test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel dist venv typecheck pytest-pythons test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 
 all: lib
 

@@ -26,25 +26,3 @@ def library() -> ctypes.CDLL: ...
 def from_handle(handle: int) -> Tensor: ...
 def check(rc: int) -> None: ...
 
-__all__ = [
-    "Event",
-    "Stream",
-    "Tensor",
-    "arange",
-    "asarray",
-    "cuda_available",
-    "cuda_device_count",
-    "debug_stats",
-    "empty",
-    "fast_path",
-    "fast_path_reason",
-    "from_dlpack",
-    "from_pointer",
-    "set_pinned_pool_limit",
-    "synchronize",
-    "zeros",
-    "check",
-    "from_handle",
-    "library",
-    "library_path",
-]
