@@ -4,11 +4,12 @@ GO ?= go
 PY ?= /usr/bin/python3
 BUILD := build
 LIB := $(BUILD)/libdlbridge.so
+OPSLIB := $(BUILD)/libopstest.so
 WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
 
-.PHONY: all lib ext wheel dist venv typecheck pytest-pythons test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel dist venv typecheck pytest-pythons gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 
 all: lib
 
@@ -68,6 +69,33 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags dlbtrace ./zerocopy # the diagnosis build (trace_dlbtrace.go)
 
+# The Go author's shipping path: examples/gofunc/python builds a wheel of its own
+# (libgofunc.so by `dlbridge build`, run as `go run .../cmd/dlbridge` from the
+# Go package's module), installed with dlbridge's wheel into a fresh venv;
+# tests/check_wheel.py runs from /tmp without DLBRIDGE_LIB or PYTHONPATH: the
+# functions on NumPy arrays, the shipped stub against dlbridge.stubgen and
+# mypy, and the refusal of a second Go library (one Go runtime per process),
+# on both Python paths.
+GOFUNC_WHEELDIR := $(BUILD)/gofunc-wheel
+GOFUNC_VENV := $(BUILD)/gofunc-venv
+
+gofunc-wheel:
+	rm -rf $(GOFUNC_WHEELDIR) examples/gofunc/python/build
+	GO=$(GO) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w $(GOFUNC_WHEELDIR) ./examples/gofunc/python
+
+gofunc-wheel-test: wheel gofunc-wheel
+	rm -rf $(GOFUNC_VENV)
+	$(PY) -m venv --system-site-packages $(GOFUNC_VENV)
+	$(GOFUNC_VENV)/bin/python -m pip install -q --no-index --no-deps $(WHEELDIR)/dlbridge-*.whl $(GOFUNC_WHEELDIR)/gofunc-*.whl
+	$(VPY) $(CURDIR)/$(GOFUNC_VENV)/bin/python $(CURDIR)/examples/gofunc/python/tests/check_wheel.py
+	$(VPY) DLBRIDGE_NO_FASTPATH=1 $(CURDIR)/$(GOFUNC_VENV)/bin/python $(CURDIR)/examples/gofunc/python/tests/check_wheel.py
+
+# The stub the gofunc wheel ships, written again from the library
+# (after a change to examples/gofunc's functions or to dlbridge.stubgen).
+gofunc-stub:
+	$(GO) run ./cmd/dlbridge build -o $(BUILD)/libgofunc.so ./examples/gofunc
+	PYTHONPATH=$(CURDIR)/pybridge/python DLBRIDGE_NO_FASTPATH=1 $(PY) -m dlbridge.stubgen $(BUILD)/libgofunc.so -m gofunc -o examples/gofunc/python/gofunc/__init__.pyi
+
 # The core packages must build and pass without cgo (purego only).
 nocgo:
 	CGO_ENABLED=0 $(GO) build $(CORE)
@@ -81,10 +109,10 @@ gotest:
 # package it got), twice: on the CPython fast path and on the pure-ctypes
 # path (DLBRIDGE_NO_FASTPATH=1). Its property tests use the Hypothesis
 # profile "ci" (a fixed, derandomized budget).
-VPY := cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1
+VPY := cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 DLBRIDGE_TEST_OPS_LIB=$(CURDIR)/$(OPSLIB)
 VPYTEST := $(CURDIR)/$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
-pytest: venv
+pytest: venv ops-lib
 	@set +e; rc=0; \
 	for fast in on off; do \
 	  nofast=""; if [ $$fast = off ]; then nofast=DLBRIDGE_NO_FASTPATH=1; fi; \
@@ -94,7 +122,13 @@ pytest: venv
 	  if [ $$r -ne 0 ]; then rc=$$r; fi; \
 	done; exit $$rc
 
-# Issue 10's fork check: test_fork.py (20 children per case, both Python
+# The library of the Go-functions tests (tests/test_ops.py runs
+# tests/ops_cases.py against it in a process of its own): examples/gofunc
+# and pybridge/pyfunc/pyfunctest linked by `dlbridge build`.
+ops-lib:
+	$(GO) run ./cmd/dlbridge build -o $(OPSLIB) ./examples/gofunc ./pybridge/pyfunc/pyfunctest
+
+# The fork check: test_fork.py (20 children per case, both Python
 # paths, a busy parent among them) 20 times in a row against the installed
 # wheel; the first failing round stops it and prints its output.
 pytest-fork-repeat: venv
@@ -119,8 +153,9 @@ $(FAKECUDA): testdata/fakecuda/fakecuda.c
 	@mkdir -p $(dir $@)
 	gcc -shared -fPIC -O2 -ffp-contract=off -o $@ $< -lpthread
 
-pytest-fakecuda: venv $(FAKECUDA)
+pytest-fakecuda: venv ops-lib $(FAKECUDA)
 	@set +e; cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 \
+	  DLBRIDGE_TEST_OPS_LIB=$(CURDIR)/$(OPSLIB) \
 	  DLBRIDGE_LIBCUDA=$(CURDIR)/$(FAKECUDA) FAKECUDA_DEVICES=2 \
 	  $(CURDIR)/$(VENV)/bin/python -m pytest -q -rs -p no:cacheprovider $(CURDIR)/pybridge/python/tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
@@ -155,7 +190,7 @@ fuzz-long-go:
 check-tracked:
 	bash scripts/check-tracked.sh
 
-test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda typecheck pytest-pythons fuzz
+test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda gofunc-wheel-test typecheck pytest-pythons fuzz
 
 # A Go user's module outside this repository builds against it with
 # CGO_ENABLED=0 and runs the README's example.
@@ -170,10 +205,11 @@ demo: lib
 	@$(MAKE) -s ext || echo "note: the C extension was not built (it needs python3-dev and python3-setuptools): the demo runs on the ctypes path"
 	DLBRIDGE_LIB=$(CURDIR)/$(LIB) PYTHONPATH=$(CURDIR)/pybridge/python bash examples/demo.sh
 
-# Everything the GPU machine needs, under build/gpu (see shared GPU.md); run there with
+# Everything the GPU machine needs, under build/gpu (see docs/development.md); run there with
 #   bash build/gpu/run.sh
 gpu:
 	bash scripts/build-gpu.sh
 
 clean:
 	rm -rf $(BUILD) dist pybridge/python/build pybridge/python/dlbridge.egg-info pybridge/python/dlbridge/*.so
+	rm -rf examples/gofunc/python/build examples/gofunc/python/gofunc.egg-info

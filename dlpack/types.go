@@ -85,7 +85,33 @@ var deviceTypeNames = map[DeviceType]string{
 }
 
 // Valid reports whether t is a device type DLPack defines.
-func (t DeviceType) Valid() bool { _, ok := deviceTypeNames[t]; return ok }
+func (t DeviceType) Valid() bool {
+	if t >= 0 && t < DeviceType(len(deviceTypeKnown)) {
+		return deviceTypeKnown[t]
+	}
+	_, ok := deviceTypeNames[t]
+	return ok
+}
+
+// typeCodeTable, typeCodeKnown and deviceTypeKnown are the maps above as
+// arrays, for the checks every import makes (an array index, not a map
+// lookup).
+var (
+	typeCodeTable   [256]typeCodeInfo
+	typeCodeKnown   [256]bool
+	deviceTypeKnown [64]bool
+)
+
+func init() {
+	for c, info := range typeCodes {
+		typeCodeTable[c], typeCodeKnown[c] = info, true
+	}
+	for t := range deviceTypeNames {
+		if t >= 0 && t < DeviceType(len(deviceTypeKnown)) {
+			deviceTypeKnown[t] = true
+		}
+	}
+}
 
 func (t DeviceType) String() string {
 	if n, ok := deviceTypeNames[t]; ok {
@@ -240,7 +266,7 @@ var (
 // Validate reports why t is not a data type DLPack defines: an unknown code,
 // a bit width the code does not allow, or zero lanes.
 func (t DataType) Validate() error {
-	info, ok := typeCodes[t.Code]
+	info, ok := typeCodeTable[t.Code], typeCodeKnown[t.Code]
 	if !ok {
 		return fmt.Errorf("dlpack: dtype.code %d is not a DLDataTypeCode (0..17)", t.Code)
 	}

@@ -28,31 +28,29 @@
 //
 // The C parts (pyapi.c) use CPython functions looked up at run time with
 // dlsym, so the library links against no libpython and serves any CPython
-// 3.9+. Package capi holds libdlbridge's C ABI on top of this package;
-// import it blank from your own main package to ship one library with
-// dlbridge's ABI and your own exported functions:
+// 3.9+. Package capi holds libdlbridge's C ABI on top of this package.
 //
-//	package main
+// Go authors hand functions of their own to Python without calling this
+// package: they register ordinary Go functions with package pyfunc, whose
+// calls capi runs inside the fence over these handles, and link their
+// packages with dlbridge's ABI into one c-shared library with dlbridge
+// build (one Go runtime per process):
 //
-//	import "C"
-//	import (
-//		"github.com/dlbridge/dlbridge/pybridge"
-//		_ "github.com/dlbridge/dlbridge/pybridge/capi"
-//	)
+//	package mylib
 //
-//	//export mylib_scale
-//	func mylib_scale(h C.uint64_t, f C.double) C.int32_t {
-//		return C.int32_t(pybridge.Fence(func() error {
-//			t, err := pybridge.Borrow(pybridge.Handle(h))
-//			if err != nil {
-//				return err
-//			}
-//			defer t.Return()
-//			return scaleInPlace(t.View, float64(f))
-//		}))
+//	func init() {
+//		pyfunc.Register("mylib.scale(x: float32 [N] C cpu writable, factor=2.0)", Scale)
 //	}
 //
-//	func main() {}
+//	// Scale multiplies every element of x by factor, in place.
+//	func Scale(x *zerocopy.View, factor float32) error { ... }
 //
-// examples/userlib is that example worked out, with its Python side.
+// built and called as
+//
+//	dlbridge build -o build/libmylib.so ./mylib
+//
+//	dlbridge.load_library("build/libmylib.so")
+//	dlbridge.ops.mylib.scale(x)                    # NumPy, PyTorch, CuPy, ...
+//
+// examples/gofunc is the worked example, docs/go-functions.md the guide.
 package pybridge

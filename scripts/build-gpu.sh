@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds everything the GPU machine runs into build/gpu (it has no Go toolchain):
 # test binaries (with and without cgo), the c-shared library with the Python package,
-# the command-line tool and the benchmark programs, plus run.sh that runs them all
-# and writes logs under $OUT. Usage: make gpu; then on the device:
+# libraries of Go functions made by dlbridge build, the command-line tool and the
+# benchmark programs, plus run.sh that runs them all and writes logs under $OUT.
+# Usage: make gpu; then on the device:
 #   bash build/gpu/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,13 +27,21 @@ cp build/libdlbridge.so "$G/"
 make -s wheel
 cp build/wheel/dlbridge-*.whl "$G/"
 make -s ext
-# A user's own c-shared library that ships dlbridge's ABI beside its functions.
-[ -d examples/userlib ] && go build -buildmode=c-shared -ldflags="-s -w" -o "$G/libuserlib.so" ./examples/userlib
+# Go functions for Python, each library linked by dlbridge build with dlbridge's ABI:
+# examples/gofunc with pyfunc's test package (tests/test_ops.py, bench_gofunc.py), and
+# the Go package of README.md's section "Shipping Go functions to Python" with
+# examples/gofunc (tests/test_readme.py), written where test_readme.py writes it.
+go run ./cmd/dlbridge build -ldflags "-s -w" -o "$G/libopstest.so" ./examples/gofunc ./pybridge/pyfunc/pyfunctest
+mkdir -p build/_readme/mylib
+awk '/^## /{s = ($0 == "## Shipping Go functions to Python")} s && /^```go$/{g=1; next} g && /^```$/{exit} g' \
+  README.md > build/_readme/mylib/mylib.go
+go run ./cmd/dlbridge build -ldflags "-s -w" -o "$G/libmylib.so" ./build/_readme/mylib ./examples/gofunc
 cp -r pybridge/python/. "$G/py/"
 rm -rf "$G/py/build" "$G/py"/*.egg-info
 find "$G/py" -name __pycache__ -prune -exec rm -rf {} +
 # C baselines compiled on the device with nvcc.
 [ -d bench/cuda ] && cp -r bench/cuda "$G/cuda-src"
 [ -d examples ] && cp -r examples "$G/examples"
+rm -rf "$G/examples/gofunc/python/build" "$G/examples/gofunc/python"/*.egg-info
 cp scripts/gpu-run.sh "$G/run.sh"
 du -sh "$G"

@@ -13,10 +13,10 @@ GO=${GO:-go}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# The first ```go block after the heading "## A first example in Go".
-awk '/^## A first example in Go/ {h=1} h && /^```go$/ {c=1; next} c && /^```$/ {exit} c {print}' README.md > "$tmp/main.go"
+# The first ```go block after the heading "## From Go".
+awk '/^## From Go$/ {h=1} h && /^```go$/ {c=1; next} c && /^```$/ {exit} c {print}' README.md > "$tmp/main.go"
 if ! grep -q '^package main$' "$tmp/main.go"; then
-  echo "check-gomodule: no Go example found under '## A first example in Go' in README.md" >&2
+  echo "check-gomodule: no Go example found under '## From Go' in README.md" >&2
   exit 1
 fi
 

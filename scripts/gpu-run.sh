@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root: bash build/gpu/run.sh [parts...]
-# parts: go py bench bw demo chain transfer (default: all). Logs go to $OUT (at most 8 files come back).
+# parts: go py ops bench bw demo chain transfer (default: all). Logs go to $OUT (at most 8 files come back).
 G=build/gpu
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-parts=${*:-"go py bench bw demo chain transfer"}
+parts=${*:-"go py ops bench bw demo chain transfer"}
 export DLBRIDGE_GPU=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 has() { [[ " $parts " == *" $1 "* ]]; }
@@ -15,8 +15,20 @@ if has go; then
   grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$OUT/gotest.log" | head -50
 fi
 if has py; then
-  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py DLBRIDGE_README=$PWD/README.md timeout 400 python3 -m pytest -q -rs $G/py/tests > "$OUT/pytest.log" 2>&1
+  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py DLBRIDGE_README=$PWD/README.md \
+    DLBRIDGE_TEST_OPS_LIB=$PWD/$G/libopstest.so DLBRIDGE_README_LIB=$PWD/$G/libmylib.so \
+    timeout 400 python3 -m pytest -q -rs $G/py/tests > "$OUT/pytest.log" 2>&1
   tail -15 "$OUT/pytest.log"
+fi
+if has ops; then
+  # Calls of examples/gofunc's Go functions through dlbridge.ops (bench_gofunc.py).
+  if [ -f $G/py/bench/bench_gofunc.py ]; then
+    DLBRIDGE_LIB=$PWD/$G/libopstest.so PYTHONPATH=$PWD/$G/py timeout 300 python3 $G/py/bench/bench_gofunc.py > "$OUT/gofunc.log" 2>&1
+    echo "bench_gofunc exit status $?" >> "$OUT/gofunc.log"
+  else
+    echo "ops: $G/py/bench/bench_gofunc.py is not in the bundle" > "$OUT/gofunc.log"
+  fi
+  tail -60 "$OUT/gofunc.log"
 fi
 if has bench; then
   {
@@ -37,17 +49,18 @@ if has bw; then
   tail -45 "$OUT/bw.log"
 fi
 if has demo; then
-  [ -d $G/examples ] && DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 120 bash $G/examples/demo.sh > "$OUT/demo.log" 2>&1
+  [ -d $G/examples ] && DLBRIDGE_LIB=$PWD/$G/libdlbridge.so DLBRIDGE_GOFUNC_LIB=$PWD/$G/libopstest.so PYTHONPATH=$PWD/$G/py \
+    timeout 120 bash $G/examples/demo.sh > "$OUT/demo.log" 2>&1
   tail -30 "$OUT/demo.log"
 fi
 if has chain; then
-  # Issue 8's chain matrix: producer -> dlbridge [-> dlbridge] -> consumer on other streams.
+  # The chain matrix: producer -> dlbridge [-> dlbridge] -> consumer on other streams.
   DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 300 python3 $G/py/bench/chain_matrix.py > "$OUT/chain.log" 2>&1
   echo "chain_matrix exit status $?" >> "$OUT/chain.log"
   grep -E '^(==|chain_matrix|ctypes path)|WRONG' "$OUT/chain.log" | head -60
 fi
 if has transfer; then
-  # Transfers through dlbridge's public API next to torch and CuPy (issue 9).
+  # Transfers through dlbridge's public API next to torch and CuPy.
   DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py timeout 300 python3 $G/py/bench/bench_transfer.py > "$OUT/transfer.log" 2>&1
   echo "bench_transfer exit status $?" >> "$OUT/transfer.log"
   tail -80 "$OUT/transfer.log"

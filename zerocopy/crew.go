@@ -11,13 +11,10 @@ import (
 //
 // Goroutines parked the usual way (a channel, a WaitGroup) are restarted
 // by the Go scheduler one thread after another, each woken thread waking
-// the next. On the H100 machine, a 16-vCPU virtual machine where waking an
-// idle vCPU takes tens of microseconds, the first 8 MiB of a staged upload
-// were copied by two workers out of twelve and each piece's workers
-// started over 0.45 ms (BenchmarkStagedTimeline, task-taken steps,
-// bench/results/h100-2026-11-23-session5); polling instead of parking did
-// not help, because a goroutine that yields does not make the scheduler
-// wake another thread.
+// the next; where waking an idle vCPU takes tens of microseconds (the H100
+// machine), a piece's workers then started over 0.45 ms, and polling
+// instead of parking did not help: a goroutine that yields does not make
+// the scheduler wake another thread (bench/results/staged-h100).
 type crew struct {
 	n    int
 	gen  gate   // moves to hand out a job, or to quit
@@ -66,12 +63,10 @@ func (c *crew) start(job func()) {
 	c.fin.spinUntil(g, taskSpin) // every worker is out of the last job
 	c.job = job
 	c.left.Store(int32(c.n))
-	// One futex call wakes every worker. When the first worker up woke
+	// One futex call wakes every worker: when the first worker up woke
 	// the others instead, so that the caller went on sooner, the crew
-	// started half as fast after the vCPUs had idled: median start 118-122
-	// against 58-67 us after 100 ms idle (BenchmarkWakeCrew), and a Python
-	// upload's workers after a 100 ms pause started 37 us apart
-	// (bench/results/h100-2026-11-23-session7, runs 6-7).
+	// started half as fast after the vCPUs had idled (BenchmarkWakeCrew,
+	// bench/results/staged-h100).
 	c.gen.store(g + 1)
 }
 

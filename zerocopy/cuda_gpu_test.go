@@ -12,7 +12,7 @@ import (
 )
 
 // The tests in this file need a real GPU: they run with DLBRIDGE_GPU=1 (the
-// GPU machine; see shared/GPU.md) and skip otherwise. Every other CUDA test
+// GPU machine; see docs/development.md) and skip otherwise. Every other CUDA test
 // of the package runs there too, against the real driver instead of the
 // fake one: TestTransferPathsSizes and TestCopyCUDALayouts cover every copy
 // path, TestStreamOrdering the event wait with the spinning kernel.

@@ -41,7 +41,7 @@ func init() {
 	}
 	// Preallocated and reused: a trace that allocated per transfer made
 	// the Go GC run every few transfers, and its stop-the-world waits
-	// stalled the workers (session 8, run 2).
+	// stalled the workers (bench/results/upload-h100, trace-stall.txt).
 	steps := make([]step, 8192)
 	out := make([]byte, 0, 1<<20)
 	var n atomic.Int64

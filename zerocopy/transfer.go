@@ -19,23 +19,17 @@ import (
 // This file: the transfer engine between pageable host memory and the
 // device. Ordinary Go memory cannot be read by the DMA engines directly;
 // the driver copies it through small pinned buffers of its own, one at a
-// time (8-15 GB/s on the H100 machine against 55 GB/s from pinned memory).
-// The Copier does better in two ways:
+// time (8-15 GB/s on the H100 against 55 GB/s from pinned memory,
+// bench/results/bandwidth-h100). The Copier does better in two ways:
 //
 //   - staged: a ring of pinned buffers; the ring's crews of workers (and
 //     the caller) copy the next chunks into free buffers while the DMA
 //     engine moves the previous ones, so the transfer runs at the speed of
-//     a parallel host memcpy rather than the driver's staging (1 GiB there:
-//     47-51 GB/s up, 54 down; crew.go says why the workers park in the
-//     kernel). The workers publish the pieces themselves, without a
-//     coordinator. A 64 MiB upload from memory in the cache, with the
-//     vCPUs busy just before, is DMA-bound: the DMA engine runs back to
-//     back at 53 GB/s from about 0.1 ms, the host side ends at about
-//     0.9 ms and the last DMA at about 1.4 ms (Python: 1.56-1.6 ms a call,
-//     session 8 run 5); after a pause of 100 ms or more
-//     (idle vCPUs, the source out of the cache: a Python loop with torch's
-//     gc.collect) the host copies run at half that speed, and the same
-//     upload takes 2.1-2.5 ms (bench/results/h100-2026-11-23-session7, runs 5-6);
+//     a parallel host memcpy rather than the driver's staging (crew.go says
+//     why the workers park in the kernel). The workers publish the pieces
+//     themselves, without a coordinator. A warm 64 MiB upload is
+//     DMA-bound; after the CPUs idled, the host copies are the limit
+//     (bench/results/upload-h100 has the timelines);
 //   - registered: a Go buffer that is transferred again and again is
 //     page-locked once (cuMemHostRegister), after which the DMA engines read
 //     it directly at the pinned rate; it is unregistered when the last view
@@ -100,19 +94,16 @@ type CopierOptions struct {
 	// the calling one included (default three quarters of GOMAXPROCS, at
 	// most 12); transfers under 64 MiB use at most 8 of them (see
 	// smallTransfer). The host copies share the memory bus with the DMA
-	// that reads the staging buffers. With a coordinator, 8 workers beat
-	// 12 at every size in BenchmarkStagedWorkers (Go memory that, never
-	// written, read from the cache; bench/results/h100-2026-11-23-session5);
-	// without one, from NumPy arrays, 12 beat 8 from 64 MiB on
-	// (bench/results/h100-2026-11-23-session7, run14).
+	// that reads the staging buffers.
 	Workers int
 	// StagedMin: with PathAuto, pageable copies smaller than this go
-	// direct (default 4 MiB: below it the driver's own staging is as fast).
+	// direct (default 4 MiB: below it the driver's own staging is as fast,
+	// bench/results/bandwidth-h100).
 	StagedMin int64
 	// RegisterAfter: with PathAuto, a pageable buffer of at least
 	// RegisterMin bytes is registered on its RegisterAfter-th transfer by
 	// this Copier (default 3: registering costs about as much as two staged
-	// copies).
+	// copies, bench/results/bandwidth-h100).
 	RegisterAfter int
 	// RegisterMin is the smallest buffer PathAuto registers (default 4 MiB).
 	RegisterMin int64
@@ -123,13 +114,10 @@ type CopierOptions struct {
 // does not own, such as Python's.
 var maxDefaultWorkers = 12
 
-// Transfers smaller than smallTransfer use at most smallWorkers workers.
-// On the H100 machine, Python uploads with at most 12 workers against 8
-// (bench_transfer, two rounds each, session 7 run14): 64 MiB 28.0-31.5
-// against 26.8-31.2 GB/s, 256 MiB 39.8-43.2 against 34.8-37.4, 1 GiB
-// 49.3-50.6 against 41.9-47.3, but 16 MiB 13.0-17.5 against 18.7-20.2.
-// With a cold cache and idle vCPUs (a 64 MiB upload after a 100 ms pause,
-// run13) 12 workers copy 8% faster than 8.
+// Transfers smaller than smallTransfer use at most smallWorkers workers:
+// Python uploads on the H100 were faster with 12 workers than with 8 from
+// 64 MiB on (also after the CPUs idled) and slower at 16 MiB
+// (bench/results/upload-h100).
 const (
 	smallTransfer = 64 << 20
 	smallWorkers  = 8
@@ -213,9 +201,9 @@ type ring struct {
 	// Its host-copy workers, started by its first staged transfer of
 	// several pieces: crews[0] works in every transfer, crews[1] joins it
 	// from smallTransfer on. Two crews, not one of which a transfer wakes
-	// a part: the futex wakes the threads that slept longest, and small
-	// uploads whose workers were taken in turn from 11 ran 10% slower at
-	// 4 MiB than with a crew of 7 (session 7, run16).
+	// a part: the futex wakes the threads that slept longest, so a small
+	// upload's workers were taken in turn from all of them, and 4 MiB
+	// uploads ran 10% slower (bench/results/upload-h100).
 	crews [2]*crew
 }
 
@@ -541,11 +529,10 @@ func (x *xfer) staged() error {
 // first DMA then starts after a quarter of a buffer is packed instead of a
 // whole one (BenchmarkStagedTimeline shows when it starts), and after the
 // last host copy only a quarter buffer's DMA is left to wait for (for a
-// download: the first host copy starts sooner, the last is shorter). The
-// quarters' DMAs cost a little (2 MiB DMAs ran at 48-50 GB/s against 53
-// for 8 MiB ones, BenchmarkDMAUnderLoad), and a whole last piece measured
-// the same as a quartered one (34-38 GB/s at 64 MiB, 36-39 at 256 MiB,
-// c92305a's BenchmarkStagedEndQuarters, bench/results/h100-2026-11-23-session6).
+// download: the first host copy starts sooner, the last is shorter). Only
+// those two are quartered: 2 MiB DMAs run a little slower than 8 MiB ones
+// (BenchmarkDMAUnderLoad), and quartering the last piece measured the same
+// as not (bench/results/staged-h100).
 func ramp(ps []piece, hs, ds []int64, is, chunk int64) []piece {
 	if len(ps) < 2 || chunk < 4*minPart {
 		return ps
@@ -817,8 +804,8 @@ func (p *pipeline) run() error {
 	// tens of microseconds late on the H100 machine each time a buffer
 	// came free, while a worker that frees a buffer is running already.
 	// The first piece is published as soon as it is cut, so that the
-	// crew starts on it while this goroutine cuts the rest (50-450 us in
-	// a Python process on the H100 machine, session 7 run2).
+	// crew starts on it while this goroutine cuts the rest (tens of
+	// microseconds for a large transfer, bench/results/upload-h100).
 	for i := int(p.cut.Load()); i < len(p.ps); i++ {
 		p.cutPiece(i)
 		if i == 0 {
@@ -1061,18 +1048,15 @@ const taskSpin = 200 * time.Microsecond
 // of order (the workers share each piece), but the DMAs run one after
 // another on the stream and the buffers are reused in piece order: a DMA
 // queued behind its successors' held its buffer, and the host copies
-// waiting for it, until all of them were done. BenchmarkStagedTimeline
-// showed it on the H100: pieces 5, 6, 7 and then 4 queued, so the next
-// piece's copies waited 1.1 ms with the host idle.
+// waiting for it, until all of them were done: the host idled for a
+// millisecond (BenchmarkStagedTimeline, bench/results/staged-h100).
 //
 // Unless the first piece not queued is late: when a piece two or more
 // beyond it is packed, one of its tasks has stalled (its worker lost its
-// CPU: 1-6 ms stalls on the H100 machine while the Go GC ran every few
-// transfers, bench/results/h100-2026-11-23-session8 run 2), and every
-// packed piece behind it goes now rather than leave the DMA engine idle
-// until it is done. Its buffer's next use waits for it either way (pick).
-// In run 5 the early path ran in a quarter of the staged transfers; the
-// best-of-5 figures did not move (run 4).
+// CPU, for milliseconds on the H100's virtual CPUs), and every packed
+// piece behind it goes now rather than leave the DMA engine idle until it
+// is done. Its buffer's next use waits for it either way (pick).
+// bench/results/upload-h100 has a trace of such a stall and an A/B.
 //
 // One worker queues at a time (oneAtATime).
 func (p *pipeline) packed() { p.queuing.do(p.queuePacked) }

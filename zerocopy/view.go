@@ -71,20 +71,42 @@ func Wrap(s Spec, owner *Owner) (*View, error) {
 }
 
 func newView(s Spec, owner *Owner) (*View, error) {
+	v := new(View)
+	if err := v.init(s, owner); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Init makes v, a zero View the caller allocated, a view of s owned by
+// owner, as Wrap does (taking over one reference on owner, released on
+// error too): for callers that place the view, its owner (Owner.Init) and
+// their own state in one allocation, as importers do per tensor.
+func (v *View) Init(s Spec, owner *Owner) error {
+	if err := v.init(s, owner); err != nil {
+		if owner != nil {
+			owner.Release()
+		}
+		return err
+	}
+	return nil
+}
+
+func (v *View) init(s Spec, owner *Owner) error {
 	if owner == nil {
-		return nil, fmt.Errorf("zerocopy: Wrap needs an Owner (use NewOwner(nil, label) for memory nobody frees)")
+		return fmt.Errorf("zerocopy: Wrap needs an Owner (use NewOwner(nil, label) for memory nobody frees)")
 	}
 	l, err := validateSpec(&s)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	v := &View{base: s.Ptr, lay: l, device: s.Device,
-		readOnly: s.ReadOnly, copied: s.Copied, foreign: s.Foreign, owner: owner}
+	v.base, v.lay, v.device = s.Ptr, l, s.Device
+	v.readOnly, v.copied, v.foreign, v.owner = s.ReadOnly, s.Copied, s.Foreign, owner
 	if s.Stream != 0 { // a view of memory that has others keeps their pending write
 		v.owner.pend.Store(newPending(s.Stream, -1))
 	}
 	trackLeak(v)
-	return v, nil
+	return nil
 }
 
 // validateSpec checks a spec before any view is built on it and returns its
@@ -155,6 +177,10 @@ func (v *View) ByteStrides() ([]int64, error) {
 	}
 	return out, nil
 }
+
+// Dim is the extent and stride (in elements) of dimension d, without the
+// copies Shape and Strides make.
+func (v *View) Dim(d int) (extent, stride int64) { return v.lay.Dim(d) }
 
 // Len is the number of elements.
 func (v *View) Len() int64 { return v.lay.Len() }

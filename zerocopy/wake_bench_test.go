@@ -21,9 +21,7 @@ import (
 // over the rounds. The channel's goroutines may all run on the waker's
 // thread one after another, so its figure is when each began, not how
 // many ran at once; the futex figure is the time to wake 12 threads.
-// On the H100 machine: channel 7-10 us, futex 35-60 us, while parked
-// pipeline workers took 0.45 ms to all be running
-// (bench/results/h100-2026-11-23-session5/run1-1308121).
+// bench/results/staged-h100 has its output on the H100.
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench WakeWorkers -test.benchtime 1x
 func BenchmarkWakeWorkers(b *testing.B) {
@@ -77,13 +75,11 @@ func BenchmarkWakeWorkers(b *testing.B) {
 
 // BenchmarkWakeCrew measures when each of 7 goroutines parked in a gate
 // (a staged transfer's crew with 8 workers) starts after one store, by
-// how they are woken: the storer wakes all (all, crew since session 7),
-// the storer wakes one that wakes all (relay, crew before), or the storer
-// wakes two and each woken one wakes two more (tree). The threads idle
-// 2 ms or 100 ms between rounds: after 100 ms on the GPU machine's virtual
-// CPUs a Python upload's workers started 37 us apart (session 7, run6).
-// There (run7) after 100 ms: median start all 58-67 us, relay 118-122,
-// tree 114-115; last start all 117-202, relay 174-249, tree 173-183.
+// how they are woken: the storer wakes all (all, as crew does), the
+// storer wakes one that wakes all (relay), or the storer wakes two and
+// each woken one wakes two more (tree). The threads idle 2 ms or 100 ms
+// between rounds: the GPU machine's virtual CPUs are slow to wake after
+// idling. bench/results/staged-h100 has its figures.
 //
 //	DLBRIDGE_GPU=1 zerocopy.test -test.run '^$' -test.bench WakeCrew -test.benchtime 1x
 func BenchmarkWakeCrew(b *testing.B) {

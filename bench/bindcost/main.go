@@ -22,6 +22,8 @@
 //
 //	gcc -shared -fPIC -O2 -o /tmp/fake/libcuda.so.1 testdata/fakecuda/fakecuda.c -lpthread
 //	DLBRIDGE_LIBCUDA=/tmp/fake/libcuda.so.1 ./bindcost
+//
+// bench/results/bindcost-h100 holds its output on the H100.
 package main
 
 import (

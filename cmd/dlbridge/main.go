@@ -8,6 +8,7 @@
 //	dlbridge bandwidth [-sizes 4K,1M,1G] [-paths pinned,pageable,staged,registered,strided]
 //	                   [-dirs h2d,d2h] [-baseline FILE] [-svg FILE] [-tsv FILE]
 //	dlbridge selftest
+//	dlbridge build -o LIB.so [-tags T] [-ldflags F] [-v] PKG...
 //
 // devices lists the driver and each device (name, compute capability,
 // memory, PCI bus id, UUID, a few attributes), or says in one line that no
@@ -30,6 +31,13 @@
 // FAIL. Without a GPU it runs the same checks on fake device memory
 // (zerocopy/fakemem).
 //
+// build links one c-shared library with dlbridge's C ABI and the Go
+// packages named (local folders or package paths), whose functions
+// registered with pyfunc.Register Python calls as dlbridge.ops.<ns>.<name>
+// after dlbridge.load_library(LIB.so): one Go runtime per process, as
+// xcaddy builds Caddy with plugins. It needs the go command and a C
+// compiler (cgo); docs/go-functions.md is the guide.
+//
 // The driver is loaded at run time (libcuda.so.1, or the library named by
 // DLBRIDGE_LIBCUDA), so the binary builds with CGO_ENABLED=0 and runs on
 // machines with and without CUDA.
@@ -51,6 +59,7 @@ commands:
   devices     list the CUDA driver and devices
   bandwidth   measure host<->device transfer rates per path (see -h)
   selftest    allocate, copy, launch, export and import; PASS or FAIL
+  build       link Go packages' Python functions into one library (see -h)
 `
 
 // run is the command line without the process: it returns the exit status.
@@ -66,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bandwidth(args[1:], stdout, stderr)
 	case "selftest":
 		return selftest(args[1:], stdout, stderr)
+	case "build":
+		return build(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -53,4 +53,50 @@ typedef struct {
 #define DLB_INDEX_SLICE 1   // start:stop:step, already normalized (slice.indices)
 #define DLB_INDEX_NEWAXIS 2 // insert a dimension of extent 1
 
+// One argument of a call of a registered Go function (dlb_call).
+typedef struct {
+	int32_t kind;         // DLB_ARG_*
+	int32_t ndim;         // DLB_ARG_MEMORY
+	uint64_t handle;      // DLB_ARG_HANDLE: the tensor handle; DLB_ARG_MEMORY: the data pointer
+	int32_t device_type;  // DLB_ARG_MEMORY: where the memory is
+	int32_t device_id;
+	uint8_t code;         // DLB_ARG_MEMORY: the dtype
+	uint8_t bits;
+	uint16_t lanes;
+	uint32_t flags;       // DLB_INFO_READONLY
+	const int64_t *shape; // DLB_ARG_MEMORY: ndim extents
+	const int64_t *strides; // DLB_ARG_MEMORY: ndim strides in elements, or NULL (C-contiguous)
+	int64_t stream;       // DLB_ARG_MEMORY: the stream of the write pending on it, 0 if none
+	int64_t i;            // DLB_ARG_INT
+	uint64_t u;           // DLB_ARG_UINT
+	double f;             // DLB_ARG_FLOAT
+	const char *s;        // DLB_ARG_STR (UTF-8, slen bytes)
+	int64_t slen;
+	uint64_t kept;        // out: a DLB_ARG_MEMORY argument the Go body kept: pass to dlb_call_keep
+} dlb_arg;
+
+#define DLB_ARG_MISSING 0 // left out: the parameter's default
+#define DLB_ARG_HANDLE 1  // a tensor handle, borrowed for the call
+#define DLB_ARG_MEMORY 2  // memory a Python object keeps alive for the call (buffer protocol, DLTensor)
+#define DLB_ARG_INT 3
+#define DLB_ARG_UINT 4
+#define DLB_ARG_FLOAT 5
+#define DLB_ARG_BOOL 6    // i is 0 or 1
+#define DLB_ARG_STR 7
+
+// One result of a call: a tensor handle (its dlb_info in the infos array
+// at the same index), or a scalar of the DLB_ARG_* kinds.
+typedef struct {
+	int32_t kind;
+	int32_t _pad;
+	uint64_t handle;
+	int64_t i;
+	uint64_t u;
+	double f;
+	char *s;      // DLB_ARG_STR: malloc'd, the caller frees it
+	int64_t slen;
+} dlb_result;
+
+#define DLB_RES_TENSOR 1
+
 #endif

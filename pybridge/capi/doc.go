@@ -12,6 +12,8 @@
 //
 //	go build -buildmode=c-shared -o build/libdlbridge.so ./pybridge/cmd/libdlbridge
 //
-// Authors who add exported functions of their own import it the same way
-// and point DLBRIDGE_LIB at their library (see examples/userlib).
+// dlbridge build (cmd/dlbridge) imports it the same way into a library
+// with Go packages whose functions are registered with pyfunc: dlb_func_count,
+// dlb_func_describe and dlb_call describe and run them for dlbridge.ops
+// (see examples/gofunc).
 package capi

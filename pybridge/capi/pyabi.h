@@ -17,7 +17,7 @@
 
 // Bumped when a field changes meaning; fields are only ever appended (size
 // says how many the library has).
-#define DLB_PYEXT_API_VERSION 3
+#define DLB_PYEXT_API_VERSION 4
 
 typedef struct {
 	uint32_t version; // DLB_PYEXT_API_VERSION
@@ -52,6 +52,10 @@ typedef struct {
 	// (dlb_copy_from_host; mode 2 for a destination that is alone).
 	int32_t (*copy_from_host)(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim,
 				  int64_t *shape, int64_t *strides, int64_t stream, int32_t mode);
+	// Version 4: calls of registered Go functions (dlb_call, dlb_call_keep).
+	int32_t (*call)(int32_t fn, int32_t nargs, dlb_arg *args, int64_t stream, int32_t stream_dev, int32_t nres,
+			dlb_result *res, dlb_info *infos);
+	int32_t (*call_keep)(uint64_t token, void *obj);
 } dlb_pyext_api;
 
 // dlb_pyext_table returns the library's table (static, never freed).

@@ -49,6 +49,8 @@ static const dlb_pyext_api table = {
 	.copy_on = dlb_copy_on,
 	.to_on = dlb_to_on,
 	.copy_from_host = dlb_copy_from_host,
+	.call = dlb_call,
+	.call_keep = dlb_call_keep,
 };
 
 const dlb_pyext_api *dlb_pyext_table(void) { return &table; }

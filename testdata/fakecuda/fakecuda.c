@@ -44,7 +44,8 @@
  *   - Modules: PTX text only. Loading checks the .version/.target/
  *     .address_size directives and parses each .entry's parameter list;
  *     for the kernels this fake knows (fill_f32, iota_f32, scale_f32,
- *     spin_then_write, strided_copy2d) the parameter sizes must match its
+ *     spin_then_write, strided_copy2d, and examples/gofunc's
+ *     gofunc_scale_f32 and gofunc_axpy_f32) the parameter sizes must match its
  *     C implementation, else CUDA_ERROR_INVALID_PTX with a log. Launching
  *     another kernel answers CUDA_ERROR_NOT_SUPPORTED. spin_then_write
  *     does not spin (the queues already make order visible).
@@ -576,13 +577,16 @@ typedef struct {
 
 /* ------------------------------------------------------------------ kernels */
 
-enum { KN_FILL, KN_IOTA, KN_SCALE, KN_SPIN, KN_COPY2D, NKERNELS };
+enum { KN_FILL, KN_IOTA, KN_SCALE, KN_SPIN, KN_COPY2D, KN_XSCALE, KN_AXPY, NKERNELS };
 static const struct { const char *name; int n; int size[MAXPARAMS]; } kernels[NKERNELS] = {
     {"fill_f32", 3, {8, 8, 4}},
     {"iota_f32", 4, {8, 8, 4, 4}},
     {"scale_f32", 3, {8, 8, 4}},
     {"spin_then_write", 4, {8, 8, 4, 8}},
     {"strided_copy2d", 9, {8, 8, 8, 8, 8, 8, 8, 8, 4}},
+    /* examples/gofunc's own kernels (kernels.ptx there) */
+    {"gofunc_scale_f32", 4, {8, 8, 8, 4}},
+    {"gofunc_axpy_f32", 4, {8, 8, 8, 4}},
 };
 
 static float f32(unsigned long long bits) {
@@ -621,6 +625,24 @@ static int run_kernel(op *o) {
             case KN_SCALE: f[i] = f[i] * f32(P[2]); break;
             case KN_SPIN: u[i] = (uint32_t)P[2]; break;
             }
+        }
+        return 0;
+    }
+    case KN_XSCALE: case KN_AXPY: {
+        /* (float* out_or_y, const float* x, u64 n, float f): out[i] = x[i]*f, or y[i] = a*x[i] + y[i] */
+        uintptr_t d = (uintptr_t)P[0], x = (uintptr_t)P[1];
+        size_t n = (size_t)P[2];
+        if (n == 0) return 0;
+        if (n > SIZE_MAX / 4 || !kernel_can_touch(o->ctx, d, 4 * n) || !kernel_can_touch(o->ctx, x, 4 * n))
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        if (d % 4 || x % 4) return 716;
+        float *out = (float *)d;
+        const float *in = (const float *)x;
+        float a = f32(P[3]);
+        guard_write(d, 4 * n);
+        for (size_t i = 0; i < n; i++) {
+            volatile float prod = in[i] * a; /* rounded once, as mul.rn then add.rn */
+            out[i] = o->kernel == KN_XSCALE ? prod : prod + out[i];
         }
         return 0;
     }

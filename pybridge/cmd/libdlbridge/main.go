@@ -4,9 +4,9 @@
 //	go build -buildmode=c-shared -o build/libdlbridge.so ./pybridge/cmd/libdlbridge
 //
 // Its C ABI lives in package capi (imported here for its //export
-// functions), so that authors of their own c-shared libraries can import
-// capi too and ship one library with both the dlbridge ABI and their own
-// exported functions (see examples/userlib).
+// functions), so that dlbridge build can link the same ABI and Go packages
+// whose functions are registered with pyfunc into one library (see
+// examples/gofunc).
 package main
 
 import _ "github.com/dlbridge/dlbridge/pybridge/capi"

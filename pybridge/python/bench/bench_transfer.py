@@ -90,17 +90,16 @@ def cell(fns, reps, pause=0.0, interleave=True):
     of time: on the H100 VM the machine's speed changes from one 25 ms
     stretch to the next, and with the libraries one after another a slow
     stretch fell on one of them alone and moved a small cell's ratio by up
-    to 1.6x either way (bench/results/h100-2026-11-23-session8; session9
-    measures both orders). interleave=False runs each library's batches
-    back to back, as runs before session 9 did.
+    to 1.6x either way (bench/results/transfer-h100 measures both orders).
+    interleave=False runs each library's batches back to back.
 
     The garbage collector runs once before the cell and is off while it
     runs, as timeit does: a collection between batches (about 100 ms with
     torch loaded) left the CPUs idle and the source out of the cache before
     each batch, which made every batch a cold start
-    (bench/results/h100-2026-11-23-session7). pause > 0 sleeps that long
-    before each batch, to measure that case on purpose. Every library gets
-    the same rule."""
+    (bench/results/upload-h100). pause > 0 sleeps that long before each
+    batch, to measure that case on purpose. Every library gets the same
+    rule."""
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()

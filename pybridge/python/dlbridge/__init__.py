@@ -40,6 +40,7 @@ from ._tensor import (
 )
 from ._pointer import from_pointer
 from ._stream import Event, Stream, synchronize
+from ._ops import load_library, ops
 from . import _dtypes, _lib
 
 __version__ = "0.1.0"
@@ -60,24 +61,27 @@ def __getattr__(name):
 
 
 def library():
-    """The ctypes.CDLL of the loaded library. A library built with your own
-    exported Go functions next to dlbridge's ABI (see examples/userlib) is
-    called through it: pass Tensor.handle, turn returned handles into
-    tensors with from_handle, and return codes into exceptions with check."""
+    """The ctypes.CDLL of the loaded library. Go functions registered with
+    pyfunc are called as dlbridge.ops.<ns>.<name> (see load_library); a
+    function the library exports itself with cgo //export is called through
+    this CDLL: pass Tensor.handle, turn returned handles into tensors with
+    from_handle, and return codes into exceptions with check."""
     return _lib.lib
 
 
 def from_handle(handle):
-    """A Tensor for a handle that a Go function of the library returned
-    (pybridge.NewTensor); the Tensor owns the handle from now on."""
+    """A Tensor for a handle that a Go function the library exports itself
+    returned (pybridge.NewTensor); the Tensor owns the handle from now on.
+    Functions of dlbridge.ops return tensors already."""
     from ._tensor import _from_handle
 
     return _from_handle(handle)
 
 
 def check(rc):
-    """Raise the exception for a non-zero return code of a Go function of
-    the library (pybridge.Fence), with Go's message; do nothing for 0."""
+    """Raise the exception for a non-zero return code of a Go function the
+    library exports itself (pybridge.Fence), with Go's message; do nothing
+    for 0. Functions of dlbridge.ops raise their exceptions themselves."""
     _lib.check(rc)
 
 

@@ -1,6 +1,7 @@
 # The public API of dlbridge (the modules' stubs hold the signatures).
 import ctypes
 
+from ._ops import load_library as load_library, ops as ops
 from ._pointer import from_pointer as from_pointer
 from ._stream import Event as Event, Stream as Stream, synchronize as synchronize
 from ._tensor import (

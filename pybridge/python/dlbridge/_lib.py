@@ -104,6 +104,8 @@ FORK_MESSAGE = (
 
 def _candidates():
     env = os.environ.get("DLBRIDGE_LIB")
+    if _chosen:
+        return [_chosen]
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
@@ -121,6 +123,7 @@ def _open():
         if not os.path.exists(path):
             tried.append(path + " (missing)")
             continue
+        _refuse_second_runtime(path)
         try:
             return ctypes.CDLL(path), path
         except OSError as e:
@@ -132,6 +135,98 @@ def _open():
         "build it in the checkout (make ext, or make lib for build/libdlbridge.so), or set "
         "DLBRIDGE_LIB. Tried: " + "; ".join(tried)
     )
+
+
+# The library load_library chose (an absolute, resolved path), or None.
+_chosen = None
+
+ONE_RUNTIME = (
+    "one Go runtime per process (golang/go#18976): build one library with dlbridge and every Go "
+    "package you need, `dlbridge build -o lib.so PKG...`, and load only that one")
+
+
+def use_library(path):
+    """Make path the library to load (dlbridge.load_library). The library
+    already loaded, asked for again, is fine; any other is refused."""
+    global _chosen
+    real = os.path.realpath(path)
+    if _opened or _started:
+        current = globals().get("path")
+        if current and os.path.realpath(current) == real:
+            return
+        raise RuntimeError("dlbridge: cannot load %s: this process already runs the Go library %s; %s"
+                           % (real, current or "(loading)", ONE_RUNTIME))
+    if not os.path.exists(real):
+        raise FileNotFoundError("dlbridge: load_library: no file %s" % real)
+    env = os.environ.get("DLBRIDGE_LIB")
+    if env and os.path.realpath(env) != real:
+        raise RuntimeError("dlbridge: cannot load %s: DLBRIDGE_LIB names another library, %s; %s"
+                           % (real, os.path.realpath(env), ONE_RUNTIME))
+    _chosen = real
+
+
+def go_libraries_mapped():
+    """The Go-built shared libraries mapped into this process (those with a
+    .go.buildinfo section), by resolved path (Linux: /proc/self/maps)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+    except OSError:
+        return []
+    found = []
+    for p in sorted(paths):
+        if p.startswith("[") or ".so" not in os.path.basename(p):
+            continue
+        if _is_go_elf(p):
+            found.append(os.path.realpath(p))
+    return found
+
+
+_go_elf_cache = {}
+
+
+def _is_go_elf(path):
+    hit = _go_elf_cache.get(path)
+    if hit is not None:
+        return hit
+    hit = False
+    try:
+        with open(path, "rb") as f:
+            h = f.read(64)
+            if len(h) == 64 and h[:4] == b"\x7fELF" and h[4] == 2:  # ELF64
+                order = "little" if h[5] == 1 else "big"
+                shoff = int.from_bytes(h[0x28:0x30], order)
+                shentsize = int.from_bytes(h[0x3A:0x3C], order)
+                shnum = int.from_bytes(h[0x3C:0x3E], order)
+                shstrndx = int.from_bytes(h[0x3E:0x40], order)
+                if shoff and 0 < shnum < 65536 and shstrndx < shnum and shentsize >= 64:
+                    f.seek(shoff)
+                    table = f.read(shentsize * shnum)
+                    e = table[shstrndx * shentsize:(shstrndx + 1) * shentsize]
+                    stroff = int.from_bytes(e[0x18:0x20], order)
+                    strsize = int.from_bytes(e[0x20:0x28], order)
+                    f.seek(stroff)
+                    names = f.read(min(strsize, 1 << 20))
+                    for i in range(shnum):
+                        off = int.from_bytes(table[i * shentsize:i * shentsize + 4], order)
+                        if names[off:off + 14] == b".go.buildinfo\0":
+                            hit = True
+                            break
+    except OSError:
+        hit = False
+    if len(_go_elf_cache) < 4096:
+        _go_elf_cache[path] = hit
+    return hit
+
+
+def _refuse_second_runtime(path):
+    """Refuse to load path beside another Go-built library already in the
+    process: two Go runtimes in one process crash it."""
+    real = os.path.realpath(path)
+    others = [p for p in go_libraries_mapped() if p != real]
+    if others:
+        raise RuntimeError("dlbridge: cannot load %s: the Go library %s is already loaded in this process; %s"
+                           % (real, others[0], ONE_RUNTIME))
 
 
 def _load_extension():

@@ -41,10 +41,11 @@
 _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "the buffer protocol shares the int64 shape array");
 
 // The buffer protocol under the 3.10 limited API (the abi3 floor, cp310).
-// Python 3.11 moved Py_buffer, PyObject_GetBuffer, PyBuffer_Release and the
-// Py_bf_* type slots into the limited API unchanged: the struct's layout has
-// been fixed since 3.3, both functions are exported by every CPython 3, and
-// PyType_FromSpec takes the slots since 3.9. So the declarations below,
+// Python 3.11 moved Py_buffer, PyObject_GetBuffer, PyBuffer_Release,
+// PyObject_CheckBuffer and the Py_bf_* type slots into the limited API
+// unchanged: the struct's layout has been fixed since 3.3, the functions are
+// exported by every CPython from 3.9 (PyObject_CheckBuffer was a macro
+// before), and PyType_FromSpec takes the slots since 3.9. So the declarations below,
 // copied from 3.11's pybuffer.h, describe 3.10 exactly, and the stable ABI
 // of 3.11 and later keeps them.
 #if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030B0000
@@ -63,6 +64,7 @@ typedef struct {
 } Py_buffer;
 PyAPI_FUNC(int) PyObject_GetBuffer(PyObject *obj, Py_buffer *view, int flags);
 PyAPI_FUNC(void) PyBuffer_Release(Py_buffer *view);
+PyAPI_FUNC(int) PyObject_CheckBuffer(PyObject *obj);
 #define PyBUF_WRITABLE 0x0001
 #define PyBUF_FORMAT 0x0004
 #define PyBUF_ND 0x0008
@@ -1556,6 +1558,564 @@ static dlb_exchange_api producer_api = {
 	{{1, 3}, NULL}, ex_alloc, ex_from_py, ex_to_py, ex_dltensor, ex_stream,
 };
 
+// ---- calls of registered Go functions (dlbridge.ops) ----
+//
+// Each registered function is a builtin function object (METH_FASTCALL |
+// METH_KEYWORDS) whose self is a capsule holding a gofn: the parameter
+// names and kinds that Python binds arguments to, in C. A tensor argument
+// is lent to Go for the call without a DLPack import where the object
+// allows: a dlbridge tensor by its handle, a buffer-protocol exporter
+// (NumPy) by its buffer, a producer with the DLPack C exchange API
+// (PyTorch 2.11) by the DLTensor it describes itself with; anything else
+// goes through dlbridge.asarray. The Go body runs without the GIL.
+
+#define GOFN_MAX_PARAMS 16 // pyfunc.maxSlots
+#define GOFN_MAX_RESULTS 16 // pyfunc.maxSlots
+
+enum { P_TENSOR = 1, P_BOOL, P_INT, P_UINT, P_FLOAT, P_STR };
+
+typedef struct {
+	int32_t index;
+	int32_t nparams, nresults;
+	int32_t has_tensor_results;
+	PyObject *name;               // "mylib.scale"
+	PyObject *names[GOFN_MAX_PARAMS]; // interned
+	int32_t kinds[GOFN_MAX_PARAMS];
+	int32_t required[GOFN_MAX_PARAMS];
+} gofn;
+
+// The Python helpers of every call (set_call_helpers): asarray(obj) for
+// tensors without a fast path; stream_of(obj) -> (handle, device) for an
+// explicit stream=; finish(results, like, result_type) turning tensor
+// results into the caller's framework's; describe(type), the producer
+// kinds of from_dlpack.
+static PyObject *h_asarray, *h_stream_of, *h_finish, *h_describe;
+static PyObject *s_result_type;
+
+
+#define ARG_INLINE_DIMS 8
+
+// One tensor argument during a call: what must be given back after it.
+typedef struct {
+	PyObject *obj;     // the argument (borrowed from the call)
+	PyObject *temp;    // a dlbridge tensor made for it (asarray), or NULL
+	Py_buffer buf;     // held when has_buf
+	int has_buf;
+	PyObject *ex_kind; // the producer's exchange API capsule (borrowed from kinds), for a kept DLTensor
+	int64_t strides[ARG_INLINE_DIMS]; // a buffer's strides in elements, up to ARG_INLINE_DIMS dimensions
+} argkeep;
+
+// call_stream is the stream the caller works on for a CUDA tensor of
+// obj's producer on device dev: the exchange API's current work stream,
+// or the stream probe's answer (CuPy, PyTorch before the exchange API);
+// 0 when the producer does not say.
+static int call_stream_of_kind(PyObject *kind, int32_t dev, int64_t *out) {
+	*out = 0;
+	if (PyCapsule_CheckExact(kind)) {
+		dlb_exchange_api *ex = PyCapsule_GetPointer(kind, "dlpack_exchange_api");
+		if (!ex) return -1;
+		if (ex->header.version.major == 1 && ex->current_work_stream) {
+			void *s = NULL;
+			if (ex->current_work_stream(DLB_CUDA, dev, &s) != 0) {
+				if (!PyErr_Occurred())
+					PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's current_work_stream failed");
+				return -1;
+			}
+			*out = s ? (int64_t)(uintptr_t)s : 1;
+		}
+		return 0;
+	}
+	if (kind != Py_None && PyCallable_Check(kind)) {
+		PyObject *d = PyLong_FromLong(dev), *r = d ? PyObject_CallFunctionObjArgs(kind, d, NULL) : NULL;
+		Py_XDECREF(d);
+		if (!r) return -1;
+		if (r != Py_None) {
+			long long s = PyLong_AsLongLong(r);
+			if (s == -1 && PyErr_Occurred()) {
+				Py_DECREF(r);
+				return -1;
+			}
+			*out = s;
+		}
+		Py_DECREF(r);
+	}
+	return 0;
+}
+
+// tensor_arg fills a for obj, recording in k what to give back. *stream is
+// set to the caller's stream when the argument is the first CUDA tensor
+// whose producer names one and the caller named none.
+static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int64_t *stream, int *stream_known) {
+	k->obj = obj;
+	if (is_ctensor(obj)) {
+		CTensor *t = (CTensor *)obj;
+		if (check_open(t) < 0) return -1;
+		a->kind = DLB_ARG_HANDLE;
+		a->handle = t->handle;
+		return 0;
+	}
+	PyObject *kind = NULL;
+	if (PyObject_CheckBuffer(obj)) {
+		if (PyObject_GetBuffer(obj, &k->buf, PyBUF_RECORDS_RO) == 0) {
+			uint8_t code, bits;
+			Py_buffer *b = &k->buf;
+			k->has_buf = 1;
+			int ok = b->ndim <= 64 && b->itemsize > 0 && buffer_dtype(b, &code, &bits);
+			for (int d = 0; ok && d < b->ndim; d++) ok = b->strides[d] % b->itemsize == 0;
+			if (ok) {
+				// Strides in elements, in place: the buffer's own array
+				// (Py_ssize_t is int64_t here) stays the exporter's.
+				int64_t *st = b->ndim <= ARG_INLINE_DIMS ? k->strides : PyMem_Malloc(sizeof(int64_t) * (size_t)b->ndim);
+				if (!st) {
+					PyErr_NoMemory();
+					return -1;
+				}
+				for (int d = 0; d < b->ndim; d++) st[d] = b->strides[d] / b->itemsize;
+				a->kind = DLB_ARG_MEMORY;
+				a->handle = (uint64_t)(uintptr_t)b->buf;
+				a->device_type = DLB_CPU;
+				a->device_id = 0;
+				a->code = code, a->bits = bits, a->lanes = 1;
+				a->ndim = b->ndim;
+				a->flags = b->readonly ? DLB_INFO_READONLY : 0;
+				a->shape = (const int64_t *)b->shape;
+				a->strides = st;
+				return 0;
+			}
+			PyBuffer_Release(b);
+			k->has_buf = 0;
+		} else {
+			PyErr_Clear(); // e.g. a dtype the buffer protocol has no format for: asarray explains
+		}
+	} else {
+		kind = producer_kind(Py_TYPE(obj), h_describe);
+		if (!kind) return -1;
+		if (PyCapsule_CheckExact(kind)) {
+			dlb_exchange_api *ex = PyCapsule_GetPointer(kind, "dlpack_exchange_api");
+			if (!ex) goto fail;
+			if (ex->header.version.major == 1 && ex->dltensor_from_py_object_no_sync) {
+				dlb_DLTensor dl;
+				if (ex->dltensor_from_py_object_no_sync(obj, &dl) != 0) {
+					if (!PyErr_Occurred())
+						PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's exchange API failed");
+					goto fail;
+				}
+				a->kind = DLB_ARG_MEMORY;
+				a->handle = (uint64_t)(uintptr_t)dl.data + dl.byte_offset;
+				a->device_type = dl.device.device_type;
+				a->device_id = dl.device.device_id;
+				a->code = dl.dtype.code, a->bits = dl.dtype.bits, a->lanes = dl.dtype.lanes;
+				a->ndim = dl.ndim;
+				a->flags = 0;
+				a->shape = dl.shape;
+				a->strides = dl.strides;
+				k->ex_kind = kind;
+				if (dl.device.device_type == DLB_CUDA) {
+					int64_t s = 0;
+					if (call_stream_of_kind(kind, dl.device.device_id, &s) < 0) goto fail;
+					a->stream = s; // its writes are queued on the producer's current stream
+					if (!*stream_known && s) *stream = s, *stream_known = 1;
+				}
+				Py_DECREF(kind);
+				return 0;
+			}
+		}
+	}
+	// Anything else becomes a dlbridge tensor first (DLPack, the CUDA Array
+	// Interface, the array interface), which says what is wrong with it.
+	{
+		PyObject *t = PyObject_CallFunctionObjArgs(h_asarray, obj, NULL);
+		if (!t) {
+			// Say which argument of which function it was.
+			PyObject *et, *ev, *tb;
+			PyErr_Fetch(&et, &ev, &tb);
+			PyErr_NormalizeException(&et, &ev, &tb);
+			PyObject *tn = type_name(obj);
+			PyErr_Format(et ? et : PyExc_TypeError, "%U: argument %U: want a tensor, got %U (%S)", g->name,
+				     g->names[i], tn ? tn : Py_None, ev ? ev : Py_None);
+			Py_XDECREF(tn);
+			Py_XDECREF(et);
+			Py_XDECREF(ev);
+			Py_XDECREF(tb);
+			goto fail;
+		}
+		if (!is_ctensor(t)) {
+			Py_DECREF(t);
+			PyErr_SetString(PyExc_TypeError, "dlbridge: asarray did not give a dlbridge tensor");
+			goto fail;
+		}
+		k->temp = t;
+		CTensor *ct = (CTensor *)t;
+		if (check_open(ct) < 0) goto fail;
+		a->kind = DLB_ARG_HANDLE;
+		a->handle = ct->handle;
+		if (ct->dev_type == DLB_CUDA && !*stream_known) {
+			if (!kind && !(kind = producer_kind(Py_TYPE(obj), h_describe))) goto fail;
+			int64_t s = 0;
+			if (call_stream_of_kind(kind, ct->dev_id, &s) < 0) goto fail;
+			if (s) *stream = s, *stream_known = 1;
+		}
+	}
+	Py_XDECREF(kind);
+	return 0;
+fail:
+	Py_XDECREF(kind);
+	return -1;
+}
+
+// scalar_arg fills a for a scalar parameter of kind pk.
+static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
+	int pk = g->kinds[i];
+	if (PyBool_Check(v)) {
+		a->kind = DLB_ARG_BOOL;
+		a->i = v == Py_True;
+		return 0;
+	}
+	if (!PyFloat_CheckExact(v) && !PyLong_CheckExact(v) && (pk == P_BOOL || pk == P_INT || pk == P_UINT || pk == P_FLOAT)) {
+		int b = bool_like(v); // numpy.bool_ is a flag too, never a number
+		if (b < 0) return -1;
+		if (b) {
+			int t = PyObject_IsTrue(v);
+			if (t < 0) return -1;
+			a->kind = DLB_ARG_BOOL, a->i = t;
+			return 0;
+		}
+	}
+	if (PyUnicode_Check(v)) {
+		Py_ssize_t n;
+		const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+		if (!s) return -1;
+		a->kind = DLB_ARG_STR, a->s = s, a->slen = n;
+		return 0;
+	}
+	if (PyFloat_Check(v)) {
+		a->kind = DLB_ARG_FLOAT;
+		a->f = PyFloat_AsDouble(v);
+		return 0;
+	}
+	PyObject *n = PyLong_Check(v) ? (Py_INCREF(v), v) : NULL;
+	if (!n && pk != P_STR && pk != P_BOOL) {
+		// NumPy's scalars and other numbers: integers by __index__, the
+		// rest by __float__ where the parameter is a float.
+		n = PyNumber_Index(v);
+		if (!n) {
+			PyErr_Clear();
+			if (pk == P_FLOAT && PyNumber_Check(v)) {
+				double x = PyFloat_AsDouble(v);
+				if (x == -1.0 && PyErr_Occurred()) return -1;
+				a->kind = DLB_ARG_FLOAT, a->f = x;
+				return 0;
+			}
+		}
+	}
+	if (n) {
+		int overflow = 0;
+		long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
+		if (!overflow) {
+			Py_DECREF(n);
+			if (x == -1 && PyErr_Occurred()) return -1;
+			a->kind = DLB_ARG_INT, a->i = x;
+			return 0;
+		}
+		unsigned long long u = overflow > 0 ? PyLong_AsUnsignedLongLong(n) : (unsigned long long)-1;
+		Py_DECREF(n);
+		if (overflow < 0 || (u == (unsigned long long)-1 && PyErr_Occurred())) {
+			PyErr_Clear();
+			PyObject *r = PyObject_Repr(v);
+			PyErr_Format(PyExc_ValueError, "%U: argument %U: %S is out of range for a 64-bit integer", g->name, g->names[i],
+				     r ? r : Py_None);
+			Py_XDECREF(r);
+			return -1;
+		}
+		a->kind = DLB_ARG_UINT, a->u = u;
+		return 0;
+	}
+	static const char *want[] = {"", "tensor", "bool", "int", "int", "float", "str"};
+	PyObject *tn = type_name(v);
+	if (tn) PyErr_Format(PyExc_TypeError, "%U: argument %U: want %s, got %U", g->name, g->names[i], want[pk], tn);
+	Py_XDECREF(tn);
+	return -1;
+}
+
+// give_back ends the call's hold on tensor argument k: memory the Go body
+// kept (a->kept) is handed to Go with a Python object that keeps it alive.
+static void give_back(argkeep *k, dlb_arg *a) {
+	if (a->kept) {
+		PyObject *keep = NULL;
+		PyObject *et, *ev, *tb;
+		PyErr_Fetch(&et, &ev, &tb);
+		if (k->has_buf) {
+			keep = PyMemoryView_FromObject(k->obj); // its own export of the buffer
+		} else if (k->ex_kind) {
+			keep = exchange_import(tensor_class, k->obj, k->ex_kind); // its own reference on the memory
+		}
+		if (!keep) {
+			// Without an object to hold it, hold the argument itself: it
+			// keeps its memory unless it is resized or reassigned.
+			PyErr_Clear();
+			keep = k->obj;
+			Py_INCREF(keep);
+		}
+		PyErr_Restore(et, ev, tb);
+		T->call_keep(a->kept, keep); // Go owns the reference now
+	}
+	if (k->has_buf) PyBuffer_Release(&k->buf);
+	if (a->kind == DLB_ARG_MEMORY && k->has_buf && a->strides != k->strides) PyMem_Free((void *)a->strides);
+	Py_XDECREF(k->temp);
+}
+
+static int kw_index(gofn *g, PyObject *key) {
+	for (int i = 0; i < g->nparams; i++)
+		if (g->names[i] == key) return i;
+	for (int i = 0; i < g->nparams; i++)
+		if (PyUnicode_Compare(g->names[i], key) == 0) return i;
+	return -1;
+}
+
+static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+	gofn **gp = PyModule_GetState(self);
+	if (!gp) return NULL;
+	gofn *g = *gp;
+	NEED_LIBRARY(return NULL);
+	PyObject *slot[GOFN_MAX_PARAMS] = {0};
+	PyObject *stream_obj = NULL, *result_type = NULL;
+	int np = g->nparams;
+	if (nargs > np) {
+		PyErr_Format(PyExc_TypeError, "%U() takes %d positional arguments but %zd were given", g->name, np, nargs);
+		return NULL;
+	}
+	for (Py_ssize_t i = 0; i < nargs; i++) slot[i] = args[i];
+	Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+	for (Py_ssize_t j = 0; j < nkw; j++) {
+		PyObject *key = PyTuple_GetItem(kwnames, j), *val = args[nargs + j];
+		if (key == s_stream || PyUnicode_Compare(key, s_stream) == 0) {
+			stream_obj = val;
+			continue;
+		}
+		if (key == s_result_type || PyUnicode_Compare(key, s_result_type) == 0) {
+			result_type = val;
+			continue;
+		}
+		int i = kw_index(g, key);
+		if (i < 0) {
+			PyErr_Format(PyExc_TypeError, "%U() got an unexpected keyword argument '%U'", g->name, key);
+			return NULL;
+		}
+		if (slot[i]) {
+			PyErr_Format(PyExc_TypeError, "%U() got multiple values for argument '%U'", g->name, key);
+			return NULL;
+		}
+		slot[i] = val;
+	}
+	for (int i = 0; i < np; i++)
+		if (!slot[i] && g->required[i]) {
+			PyErr_Format(PyExc_TypeError, "%U() missing required argument '%U' (pos %d)", g->name, g->names[i], i + 1);
+			return NULL;
+		}
+	dlb_arg a[GOFN_MAX_PARAMS];
+	argkeep k[GOFN_MAX_PARAMS];
+	memset(a, 0, sizeof(dlb_arg) * (size_t)np);
+	for (int i = 0; i < np; i++) k[i].obj = k[i].temp = k[i].ex_kind = NULL, k[i].has_buf = 0;
+	int64_t stream = 0;
+	int32_t stream_dev = -1;
+	int stream_known = 0;
+	PyObject *like = NULL, *result = NULL;
+	if (stream_obj && stream_obj != Py_None) {
+		PyObject *r = PyObject_CallFunctionObjArgs(h_stream_of, stream_obj, NULL);
+		if (!r) return NULL;
+		long long h = -1, d = -1;
+		if (!PyArg_ParseTuple(r, "LL", &h, &d)) {
+			Py_DECREF(r);
+			return NULL;
+		}
+		Py_DECREF(r);
+		stream = h, stream_dev = (int32_t)d, stream_known = 1;
+	}
+	int done = 0;
+	for (; done < np; done++) {
+		int i = done;
+		if (!slot[i]) continue;
+		if (g->kinds[i] == P_TENSOR) {
+			if (tensor_arg(g, i, slot[i], &a[i], &k[i], &stream, &stream_known) < 0) {
+				done++;
+				goto out;
+			}
+			if (!like) like = slot[i];
+		} else if (scalar_arg(g, i, slot[i], &a[i]) < 0) {
+			done++;
+			goto out;
+		}
+	}
+	dlb_result res[GOFN_MAX_RESULTS];
+	dlb_info *infos = NULL;
+	int nr = g->nresults;
+	if (nr) {
+		memset(res, 0, sizeof(dlb_result) * (size_t)nr);
+		if (g->has_tensor_results && !(infos = PyMem_Malloc(sizeof(dlb_info) * (size_t)nr))) {
+			PyErr_NoMemory();
+			goto out;
+		}
+	}
+	uint64_t epoch = epoch_now();
+	int32_t rc;
+	dlb_info one;
+	Py_BEGIN_ALLOW_THREADS
+	rc = T->call(g->index, np, a, stream, stream_dev, nr, nr ? res : NULL, infos ? infos : (nr ? &one : NULL));
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		raise_last(rc);
+		PyMem_Free(infos);
+		goto out;
+	}
+	note_write_in_flight(); // a written argument's pending stream changed: tensors ask Go again
+	if (nr == 0) {
+		result = Py_None;
+		Py_INCREF(result);
+	} else {
+		PyObject *tup = PyTuple_New(nr);
+		int failed = !tup;
+		for (int r = 0; r < nr; r++) {
+			PyObject *v = NULL;
+			dlb_result *x = &res[r];
+			if (!failed) switch (x->kind) {
+				case DLB_RES_TENSOR: v = new_tensor(tensor_class, x->handle, &infos[r], epoch); x->handle = 0; break;
+				case DLB_ARG_BOOL: v = PyBool_FromLong((long)x->i); break;
+				case DLB_ARG_INT: v = PyLong_FromLongLong(x->i); break;
+				case DLB_ARG_UINT: v = PyLong_FromUnsignedLongLong(x->u); break;
+				case DLB_ARG_FLOAT: v = PyFloat_FromDouble(x->f); break;
+				case DLB_ARG_STR: v = PyUnicode_DecodeUTF8(x->s ? x->s : "", x->slen, "surrogateescape"); break;
+				default: PyErr_SetString(PyExc_RuntimeError, "dlbridge: a Go result of an unknown kind");
+				}
+			if (x->kind == DLB_RES_TENSOR && x->handle) T->close(x->handle); // not wrapped: give it back
+			free(x->s);
+			if (!failed && !v) failed = 1;
+			if (!failed) PyTuple_SetItem(tup, r, v);
+		}
+		PyMem_Free(infos);
+		if (failed) {
+			Py_XDECREF(tup);
+			goto out;
+		}
+		if (g->has_tensor_results) {
+			result = PyObject_CallFunctionObjArgs(h_finish, tup, like ? like : Py_None, result_type ? result_type : Py_None, NULL);
+			Py_DECREF(tup);
+		} else if (nr == 1) {
+			result = PyTuple_GetItem(tup, 0);
+			Py_INCREF(result);
+			Py_DECREF(tup);
+		} else {
+			result = tup;
+		}
+	}
+out:
+	for (int i = 0; i < done; i++)
+		if (g->kinds[i] == P_TENSOR && slot[i]) give_back(&k[i], &a[i]);
+	return result;
+}
+
+static PyMethodDef go_call_def_proto = {NULL, (PyCFunction)(void (*)(void))go_call, METH_FASTCALL | METH_KEYWORDS, NULL};
+
+// make_function(index, name, pyname, doc, names, kinds, required, result_kinds) is a builtin
+// function that calls registered Go function index. doc is the whole
+// docstring, "pyname(sig)\n--\n\n..." so that inspect.signature reads it.
+static PyObject *m_make_function(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 8, 8, "make_function") < 0) return NULL;
+	long index = PyLong_AsLong(args[0]);
+	if (index == -1 && PyErr_Occurred()) return NULL;
+	PyObject *names = args[4], *kinds = args[5], *req = args[6], *rk = args[7];
+	if (!PyTuple_Check(names) || !PyTuple_Check(kinds) || !PyTuple_Check(req) || !PyTuple_Check(rk) ||
+	    PyTuple_Size(names) != PyTuple_Size(kinds) || PyTuple_Size(names) != PyTuple_Size(req)) {
+		PyErr_SetString(PyExc_TypeError, "dlbridge: make_function needs tuples of equal length");
+		return NULL;
+	}
+	Py_ssize_t np = PyTuple_Size(names), nr = PyTuple_Size(rk);
+	if (np > GOFN_MAX_PARAMS || nr > GOFN_MAX_RESULTS) {
+		PyErr_Format(PyExc_ValueError, "dlbridge: %S: at most %d parameters and %d results", args[1], GOFN_MAX_PARAMS,
+			     GOFN_MAX_RESULTS);
+		return NULL;
+	}
+	gofn *g = calloc(1, sizeof(gofn));
+	if (!g) return PyErr_NoMemory();
+	g->index = (int32_t)index;
+	g->nparams = (int32_t)np;
+	g->nresults = (int32_t)nr;
+	Py_INCREF(args[1]);
+	g->name = args[1];
+	for (Py_ssize_t i = 0; i < np; i++) {
+		PyObject *n = PyTuple_GetItem(names, i);
+		Py_INCREF(n);
+		PyUnicode_InternInPlace(&n);
+		g->names[i] = n;
+		g->kinds[i] = (int32_t)PyLong_AsLong(PyTuple_GetItem(kinds, i));
+		g->required[i] = PyObject_IsTrue(PyTuple_GetItem(req, i));
+	}
+	for (Py_ssize_t r = 0; r < nr; r++)
+		if (PyLong_AsLong(PyTuple_GetItem(rk, r)) == P_TENSOR) g->has_tensor_results = 1;
+	if (PyErr_Occurred()) {
+		for (Py_ssize_t i = 0; i < np; i++) Py_XDECREF(g->names[i]);
+		Py_DECREF(g->name);
+		free(g);
+		return NULL;
+	}
+	// The function's self is a module of its own whose state points at g:
+	// a builtin bound to a module reads as a plain function
+	// ("<built-in function scale>"), and its state costs no lookup per
+	// call. The definitions must outlive the function: made once per
+	// function and library load, never freed (as static ones would not be).
+	PyMethodDef *def = malloc(sizeof(PyMethodDef));
+	PyModuleDef *mdef = calloc(1, sizeof(PyModuleDef));
+	const char *pyname = PyUnicode_AsUTF8AndSize(args[2], NULL), *doc = PyUnicode_AsUTF8AndSize(args[3], NULL);
+	const char *fullname = PyUnicode_AsUTF8AndSize(args[1], NULL);
+	PyObject *self = NULL, *modname = NULL, *f = NULL;
+	if (!def || !mdef || !pyname || !doc || !fullname) {
+		if (!PyErr_Occurred()) PyErr_NoMemory();
+		goto fail;
+	}
+	*def = go_call_def_proto;
+	def->ml_name = strdup(pyname);
+	def->ml_doc = strdup(doc);
+	PyModuleDef proto = {PyModuleDef_HEAD_INIT, strdup(fullname), NULL, sizeof(gofn *), NULL};
+	*mdef = proto;
+	if (!def->ml_name || !def->ml_doc || !mdef->m_name) {
+		PyErr_NoMemory();
+		goto fail;
+	}
+	if (!(self = PyModule_Create(mdef))) goto fail;
+	*(gofn **)PyModule_GetState(self) = g;
+	// __module__: dlbridge.ops.<namespace>
+	const char *dot = strrchr(fullname, '.');
+	modname = PyUnicode_FromFormat("dlbridge.ops.%s", fullname);
+	if (modname && dot) {
+		PyObject *cut = PyUnicode_Substring(modname, 0, (Py_ssize_t)strlen("dlbridge.ops.") + (dot - fullname));
+		Py_DECREF(modname);
+		modname = cut;
+	}
+	f = PyCFunction_NewEx(def, self, modname);
+	Py_XDECREF(modname);
+	Py_DECREF(self);
+	return f;
+fail:
+	free(def);
+	free(mdef);
+	for (Py_ssize_t i = 0; i < np; i++) Py_XDECREF(g->names[i]);
+	Py_DECREF(g->name);
+	free(g);
+	return NULL;
+}
+
+// set_call_helpers(asarray, stream_of, finish, describe): see h_asarray.
+static PyObject *m_set_call_helpers(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 4, 4, "set_call_helpers") < 0) return NULL;
+	PyObject **dst[] = {&h_asarray, &h_stream_of, &h_finish, &h_describe};
+	for (int i = 0; i < 4; i++) {
+		PyObject *old = *dst[i];
+		Py_INCREF(args[i]);
+		*dst[i] = args[i];
+		Py_XDECREF(old);
+	}
+	Py_RETURN_NONE;
+}
+
 // ---- module ----
 
 static PyMethodDef module_methods[] = {
@@ -1571,6 +2131,10 @@ static PyMethodDef module_methods[] = {
 	{"from_dlpack", (PyCFunction)(void (*)(void))m_from_dlpack, METH_FASTCALL,
 	 "from_dlpack(cls, obj, legacy, describe): dlbridge.from_dlpack(obj) in one call, or NotImplemented."},
 	{"set_tensor_class", m_set_tensor_class, METH_O, "set_tensor_class(cls): the class of tensors made from C."},
+	{"make_function", (PyCFunction)(void (*)(void))m_make_function, METH_FASTCALL,
+	 "make_function(index, name, pyname, doc, names, kinds, required, result_kinds): a registered Go function."},
+	{"set_call_helpers", (PyCFunction)(void (*)(void))m_set_call_helpers, METH_FASTCALL,
+	 "set_call_helpers(asarray, stream_of, finish, describe): what calls of Go functions use."},
 	{"bind", m_bind, METH_O, "bind(address): use the library table at address (dlb_pyext_table())."},
 	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
 	{NULL, NULL, 0, NULL},
@@ -1587,11 +2151,12 @@ PyMODINIT_FUNC PyInit__core(void) {
 	s_max_version = PyUnicode_InternFromString("max_version");
 	s_dl_device = PyUnicode_InternFromString("dl_device");
 	s_copy = PyUnicode_InternFromString("copy");
+	s_result_type = PyUnicode_InternFromString("result_type");
 	s_dlpack = PyUnicode_InternFromString("__dlpack__");
 	s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
 	max_version_13 = Py_BuildValue("(ii)", 1, 3);
 	producer_kinds = PyDict_New();
-	if (!s_stream || !s_max_version || !s_dl_device || !s_copy || !s_dlpack || !s_dlpack_device || !max_version_13 ||
+	if (!s_stream || !s_result_type || !s_max_version || !s_dl_device || !s_copy || !s_dlpack || !s_dlpack_device || !max_version_13 ||
 	    !producer_kinds)
 		return NULL;
 	PyObject *m = PyModule_Create(&module_def);

@@ -1,0 +1,370 @@
+package capi
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "capi.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/pybridge"
+	"github.com/dlbridge/dlbridge/pybridge/pyfunc"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// The calls of registered Go functions (package pyfunc): Python's
+// dlbridge.ops.<ns>.<name> describes them with dlb_func_count and
+// dlb_func_describe and calls them with dlb_call.
+
+// dlb_func_count is the number of registered functions, or -1 when a
+// registration failed (the error in dlb_last_error, as ImportError).
+//
+//export dlb_func_count
+func dlb_func_count() C.int32_t {
+	if err := pyfunc.Err(); err != nil {
+		pybridge.SetLastError(pybridge.RuntimeError, "dlbridge: the library's Go functions could not all be registered: "+err.Error())
+		return -1
+	}
+	return C.int32_t(len(pyfunc.Funcs()))
+}
+
+// dlb_func_describe writes function i's description (JSON, see
+// pyfunc.Description) into buf (cap bytes, NUL-terminated when it fits)
+// and its length into *n: a caller with a small buffer asks again.
+//
+//export dlb_func_describe
+func dlb_func_describe(i C.int32_t, buf *C.char, capacity C.int64_t, n *C.int64_t) C.int32_t {
+	return fence(func() error {
+		f := pyfunc.At(int(i))
+		if f == nil {
+			return pybridge.Errorf(pybridge.IndexError, "dlbridge: no registered function number %d (%d are registered)", int(i), len(pyfunc.Funcs()))
+		}
+		b, err := f.Describe(int(i))
+		if err != nil {
+			return err
+		}
+		*n = C.int64_t(len(b))
+		if buf != nil && int64(len(b)) < int64(capacity) {
+			// Sound: the caller's buffer of capacity bytes, written before it returns.
+			dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(capacity))
+			copy(dst, b)
+			dst[len(b)] = 0
+		}
+		return nil
+	})
+}
+
+// codeOf classifies an error of a call: pyfunc's classes first, then the
+// engine's (pybridge.CodeOf).
+func codeOf(err error) pybridge.Code {
+	switch pyfunc.ClassOf(err) {
+	case pyfunc.TypeError:
+		return pybridge.TypeError
+	case pyfunc.ValueError:
+		return pybridge.ValueError
+	case pyfunc.BufferError:
+		return pybridge.BufferError
+	case pyfunc.MemoryError:
+		return pybridge.MemoryError
+	case pyfunc.RuntimeError:
+		return pybridge.RuntimeError
+	case pyfunc.IndexError:
+		return pybridge.IndexError
+	}
+	return pybridge.CodeOf(err)
+}
+
+// argKeeper is the owner's releaser of memory a Python object lends to a
+// call (DLB_ARG_MEMORY). Usually the call's own reference is the last:
+// C then gives the memory back when the call returns. When the body kept
+// a view (a Retain, a result that views the argument), the memory must
+// outlive the call: Go reports a token, C answers with a Python object
+// that holds the memory (dlb_call_keep), and the last release drops it.
+type argKeeper struct {
+	state atomic.Int32
+	keep  unsafe.Pointer // a PyObject*, once kept
+}
+
+const (
+	keepInCall   = iota // the call holds the memory
+	keepReleased        // every Go reference is gone: nothing to drop
+	keepAwaiting        // the body kept it; C has not answered yet
+	keepKept            // C's object holds it; the last release drops that
+)
+
+func (k *argKeeper) Release() {
+	for {
+		switch k.state.Load() {
+		case keepInCall:
+			if k.state.CompareAndSwap(keepInCall, keepReleased) {
+				return
+			}
+		case keepAwaiting:
+			if k.state.CompareAndSwap(keepAwaiting, keepReleased) {
+				return // C has not given its object yet: it drops it at once
+			}
+		case keepKept:
+			pybridge.PyDecRef(k.keep)
+			return
+		default:
+			return
+		}
+	}
+}
+
+var awaitingKeep pybridge.Table[*argKeeper]
+
+// dlb_call_keep hands Go obj, a PyObject* with a reference Go now owns,
+// that keeps alive the memory of the argument token names (dlb_arg.kept).
+// Go drops obj when the last view of that memory is closed, or at once
+// when that already happened.
+//
+//export dlb_call_keep
+func dlb_call_keep(token C.uint64_t, obj unsafe.Pointer) C.int32_t {
+	return fence(func() error {
+		k, err := awaitingKeep.Delete(pybridge.Handle(token))
+		if err != nil {
+			pybridge.PyDecRef(obj)
+			return err
+		}
+		k.keep = obj
+		if !k.state.CompareAndSwap(keepAwaiting, keepKept) {
+			pybridge.PyDecRef(obj) // released meanwhile: nothing to keep
+		}
+		return nil
+	})
+}
+
+// defaultStream is the stream of a call on a CUDA device whose caller
+// named none: dlbridge's work stream of that device.
+func defaultStream(dev int) (uintptr, error) { return pybridge.WorkStream(int32(dev)), nil }
+
+// lentArg is the Go side of memory a Python object lends to a call: the
+// view, its owner and the owner's releaser in one allocation.
+type lentArg struct {
+	view   zerocopy.View
+	owner  zerocopy.Owner
+	keeper argKeeper
+}
+
+// callArg is one argument's Go side during a call.
+type callArg struct {
+	borrowed *pybridge.Tensor // DLB_ARG_HANDLE
+	lent     *lentArg         // DLB_ARG_MEMORY
+}
+
+// dlb_call calls registered function fn with nargs arguments (one per
+// parameter that Python passes) on the caller's stream (0: none named;
+// streamDev its device when no CUDA tensor says, else -1). Results go to
+// res[0..nres) and, for tensors, infos at the same index.
+//
+//export dlb_call
+func dlb_call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, streamDev C.int32_t, nres C.int32_t, res *C.dlb_result, infos *C.dlb_info) C.int32_t {
+	var code pybridge.Code
+	code = pybridge.Fence(func() error {
+		err := call(fn, nargs, args, stream, streamDev, nres, res, infos)
+		if err != nil {
+			return pybridge.WithCode(codeOf(err), err)
+		}
+		return nil
+	})
+	return C.int32_t(code)
+}
+
+func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, streamDev C.int32_t, nres C.int32_t, res *C.dlb_result, infos *C.dlb_info) error {
+	f := pyfunc.At(int(fn))
+	if f == nil {
+		return pybridge.Errorf(pybridge.ValueError, "dlbridge: no registered function number %d", int(fn))
+	}
+	n := len(f.Params)
+	if int(nargs) != n || int(nres) != len(f.Results) || n > 0 && args == nil || nres > 0 && (res == nil || infos == nil) {
+		return pybridge.Errorf(pybridge.ValueError, "dlbridge: %s takes %d arguments and gives %d results; called with %d and room for %d", f.Name, n, len(f.Results), int(nargs), int(nres))
+	}
+	// Sound: the caller's array of nargs arguments, valid for this call.
+	cargs := unsafe.Slice(args, n)
+	var (
+		tensorsBuf [8]*zerocopy.View
+		valuesBuf  [8]pyfunc.Value
+		sideBuf    [8]callArg
+	)
+	a := pyfunc.Args{Tensors: tensorsBuf[:0], Values: valuesBuf[:0], Stream: uintptr(stream),
+		StreamDevice: int(streamDev), DefaultStream: defaultStream}
+	side := sideBuf[:0]
+	if n > len(tensorsBuf) {
+		a.Tensors, a.Values, side = make([]*zerocopy.View, 0, n), make([]pyfunc.Value, 0, n), make([]callArg, 0, n)
+	}
+	a.Tensors, a.Values, side = a.Tensors[:n], a.Values[:n], side[:n]
+	defer release(side, cargs)
+	for i := range cargs {
+		ca := &cargs[i]
+		ca.kept = 0
+		p := &f.Params[i]
+		if p.Kind == pyfunc.TensorKind {
+			v, err := tensorArg(f, p, ca, &side[i])
+			if err != nil {
+				return err
+			}
+			a.Tensors[i] = v
+			continue
+		}
+		switch ca.kind {
+		case C.DLB_ARG_MISSING:
+		case C.DLB_ARG_INT:
+			a.Values[i] = pyfunc.Value{Kind: pyfunc.IntKind, Int: int64(ca.i)}
+		case C.DLB_ARG_UINT:
+			a.Values[i] = pyfunc.Value{Kind: pyfunc.UintKind, Uint: uint64(ca.u)}
+		case C.DLB_ARG_FLOAT:
+			a.Values[i] = pyfunc.Value{Kind: pyfunc.FloatKind, Float: float64(ca.f)}
+		case C.DLB_ARG_BOOL:
+			a.Values[i] = pyfunc.Value{Kind: pyfunc.BoolKind, Bool: ca.i != 0}
+		case C.DLB_ARG_STR:
+			a.Values[i] = pyfunc.Value{Kind: pyfunc.StringKind, Str: C.GoStringN(ca.s, C.int(ca.slen))}
+		default:
+			return pybridge.Errorf(pybridge.TypeError, "%s: argument %s: want %s, got a tensor", f.Name, p.Name, p.GoType)
+		}
+	}
+	out, err := f.Call(&a, 0)
+	if err != nil {
+		return err
+	}
+	return publishResults(f, &out, side, res, infos)
+}
+
+// tensorArg makes the view of a tensor argument.
+func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*zerocopy.View, error) {
+	switch ca.kind {
+	case C.DLB_ARG_HANDLE:
+		t, err := pybridge.Borrow(pybridge.Handle(ca.handle))
+		if err != nil {
+			return nil, err
+		}
+		side.borrowed = t
+		return t.View, nil
+	case C.DLB_ARG_MEMORY:
+		nd := int(ca.ndim)
+		if nd < 0 || nd > dlpack.MaxNDim || nd > 0 && ca.shape == nil {
+			return nil, pybridge.Errorf(pybridge.ValueError, "%s: argument %s: ndim %d out of range (0..%d)", f.Name, p.Name, nd, dlpack.MaxNDim)
+		}
+		s := zerocopy.Spec{
+			Ptr:      uintptr(ca.handle),
+			Device:   dlpack.Device{Type: dlpack.DeviceType(ca.device_type), ID: int32(ca.device_id)},
+			DType:    dlpack.DataType{Code: dlpack.TypeCode(ca.code), Bits: uint8(ca.bits), Lanes: uint16(ca.lanes)},
+			ReadOnly: ca.flags&C.DLB_INFO_READONLY != 0,
+			Foreign:  true,
+			Stream:   uintptr(ca.stream),
+		}
+		if nd > 0 {
+			// Sound: the caller's arrays of nd extents and strides, valid
+			// for the call; Wrap copies them into the layout.
+			s.Shape = unsafe.Slice((*int64)(unsafe.Pointer(ca.shape)), nd)
+			if ca.strides != nil {
+				s.Strides = unsafe.Slice((*int64)(unsafe.Pointer(ca.strides)), nd)
+			}
+		} else {
+			s.Shape = []int64{}
+		}
+		l := new(lentArg)
+		l.owner.Init(&l.keeper, "call argument")
+		if err := l.view.Init(s, &l.owner); err != nil {
+			return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err))
+		}
+		side.lent = l
+		return &l.view, nil
+	}
+	return nil, pybridge.Errorf(pybridge.TypeError, "%s: missing tensor argument %s", f.Name, p.Name)
+}
+
+// release ends the call's hold on its arguments. Memory a Python object
+// lent that the body kept gets a token in dlb_arg.kept (see argKeeper).
+func release(side []callArg, cargs []C.dlb_arg) {
+	for i := range side {
+		s := &side[i]
+		if s.borrowed != nil {
+			s.borrowed.Return()
+		}
+		if l := s.lent; l != nil {
+			l.view.Close()
+			if l.keeper.state.CompareAndSwap(keepInCall, keepAwaiting) {
+				cargs[i].kept = C.uint64_t(awaitingKeep.Add(&l.keeper))
+			}
+		}
+	}
+}
+
+// publishResults hands the results to C: each tensor result under a handle
+// of its own, scalars by value.
+func publishResults(f *pyfunc.Func, out *pyfunc.Outcome, side []callArg, res *C.dlb_result, infos *C.dlb_info) error {
+	n := len(f.Results)
+	if n == 0 {
+		return nil
+	}
+	// Sound: the caller's arrays of n results and n infos.
+	cres := unsafe.Slice(res, n)
+	cinfo := unsafe.Slice(infos, n)
+	owned := make([]*zerocopy.View, n)
+	for i, v := range out.Tensors {
+		if f.Results[i].Kind != pyfunc.TensorKind {
+			continue
+		}
+		// A result holds a reference of its own: a fresh allocation gives
+		// up the body's, a view of an argument (or of another result)
+		// takes one.
+		r, err := v.Retain()
+		if err != nil {
+			for _, o := range owned {
+				if o != nil {
+					o.Close()
+				}
+			}
+			return pybridge.Errorf(pybridge.RuntimeError, "%s: result %d: %v", f.Name, i+1, err)
+		}
+		owned[i] = r
+	}
+	for _, v := range out.Tensors {
+		if v != nil && !isArgument(v, side) {
+			v.Close()
+		}
+	}
+	for i, r := range f.Results {
+		c := &cres[i]
+		val := out.Values[i]
+		switch r.Kind {
+		case pyfunc.TensorKind:
+			c.kind = C.DLB_RES_TENSOR
+			h := pybridge.NewTensor(owned[i])
+			c.handle = C.uint64_t(h)
+			fillInfo(owned[i], owned[i].Stream(), &cinfo[i])
+		case pyfunc.BoolKind:
+			c.kind, c.i = C.DLB_ARG_BOOL, 0
+			if val.Bool {
+				c.i = 1
+			}
+		case pyfunc.IntKind:
+			c.kind, c.i = C.DLB_ARG_INT, C.int64_t(val.Int)
+		case pyfunc.UintKind:
+			c.kind, c.u = C.DLB_ARG_UINT, C.uint64_t(val.Uint)
+		case pyfunc.FloatKind:
+			c.kind, c.f = C.DLB_ARG_FLOAT, C.double(val.Float)
+		case pyfunc.StringKind:
+			c.kind, c.slen = C.DLB_ARG_STR, C.int64_t(len(val.Str))
+			c.s = (*C.char)(C.CBytes([]byte(val.Str)))
+		}
+	}
+	return nil
+}
+
+func isArgument(v *zerocopy.View, side []callArg) bool {
+	for i := range side {
+		if side[i].lent != nil && &side[i].lent.view == v || side[i].borrowed != nil && side[i].borrowed.View == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,528 @@
+package pyfunc
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"runtime"
+	"strings"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// Value is a scalar argument as it came from Python: Kind is IntKind
+// (Int), UintKind (Uint, for integers above the int64 range), FloatKind,
+// BoolKind or StringKind; 0 means the caller left the parameter out.
+type Value struct {
+	Kind  Kind
+	Int   int64
+	Uint  uint64
+	Float float64
+	Bool  bool
+	Str   string
+}
+
+// pyName is how the message names what came: "int 300", "str 'x'".
+func (v Value) pyName() string {
+	switch v.Kind {
+	case IntKind:
+		return fmt.Sprintf("int %d", v.Int)
+	case UintKind:
+		return fmt.Sprintf("int %d", v.Uint)
+	case FloatKind:
+		return fmt.Sprintf("float %v", v.Float)
+	case BoolKind:
+		if v.Bool {
+			return "bool True"
+		}
+		return "bool False"
+	case StringKind:
+		s := v.Str
+		if len(s) > 40 {
+			s = s[:40] + "..."
+		}
+		return fmt.Sprintf("str %q", s)
+	}
+	return "nothing"
+}
+
+// store converts v into Go parameter p's slot of fr, or says why not:
+// Python's bool is not a number here, a float is not an integer, and an
+// integer must fit the Go type.
+func (v Value) store(p *Param, fr *Frame) string {
+	i := p.goIndex
+	switch p.Kind {
+	case BoolKind:
+		if v.Kind == BoolKind {
+			fr.B[i] = v.Bool
+			return ""
+		}
+	case StringKind:
+		if v.Kind == StringKind {
+			fr.Str[i] = v.Str
+			return ""
+		}
+	case IntKind:
+		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+		if p.bits < 64 {
+			lo, hi = -1<<(p.bits-1), 1<<(p.bits-1)-1
+		}
+		switch {
+		case v.Kind == IntKind && v.Int >= lo && v.Int <= hi:
+			fr.I[i] = v.Int
+			return ""
+		case v.Kind == IntKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Int, p.GoType)
+		case v.Kind == UintKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Uint, p.GoType)
+		}
+	case UintKind:
+		hi := uint64(math.MaxUint64)
+		if p.bits < 64 {
+			hi = 1<<p.bits - 1
+		}
+		switch {
+		case v.Kind == IntKind && v.Int >= 0 && uint64(v.Int) <= hi:
+			fr.U[i] = uint64(v.Int)
+			return ""
+		case v.Kind == UintKind && v.Uint <= hi:
+			fr.U[i] = v.Uint
+			return ""
+		case v.Kind == IntKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Int, p.GoType)
+		case v.Kind == UintKind:
+			return fmt.Sprintf("%d is out of range for %v", v.Uint, p.GoType)
+		}
+	case FloatKind:
+		var x float64
+		switch v.Kind {
+		case FloatKind:
+			x = v.Float
+		case IntKind:
+			x = float64(v.Int)
+		case UintKind:
+			x = float64(v.Uint)
+		default:
+			return "want " + p.GoType.String() + " (a float or an int), got " + v.pyName()
+		}
+		if p.bits == 32 && !math.IsInf(x, 0) && !math.IsNaN(x) && math.Abs(x) > math.MaxFloat32 {
+			return fmt.Sprintf("%v is out of range for float32", x)
+		}
+		fr.F[i] = x
+		return ""
+	}
+	return "want " + pyType(p.Kind, p.GoType) + ", got " + v.pyName()
+}
+
+// slot is Go parameter p's value in fr, as a reflect.Value of its type.
+func (fr *Frame) slot(p *Param) reflect.Value {
+	i := p.goIndex
+	var v reflect.Value
+	switch p.Kind {
+	case TensorKind:
+		return reflect.ValueOf(fr.V[i])
+	case BoolKind:
+		v = reflect.ValueOf(fr.B[i])
+	case IntKind:
+		v = reflect.ValueOf(fr.I[i])
+	case UintKind:
+		v = reflect.ValueOf(fr.U[i])
+	case FloatKind:
+		v = reflect.ValueOf(fr.F[i])
+	case StringKind:
+		v = reflect.ValueOf(fr.Str[i])
+	}
+	return v.Convert(p.GoType)
+}
+
+// pyType names the Python value a Go parameter takes.
+func pyType(k Kind, t reflect.Type) string {
+	switch k {
+	case BoolKind:
+		return "bool"
+	case StringKind:
+		return "str"
+	case IntKind, UintKind:
+		return "int (" + t.String() + ")"
+	}
+	return t.String()
+}
+
+// Args are the arguments of one call: one per parameter of f.Params, a
+// Tensor for a tensor parameter (nil: left out), a Value for a scalar.
+type Args struct {
+	Tensors []*zerocopy.View
+	Values  []Value
+	// Stream is the caller's CUDA stream (a CUstream handle; 1 the legacy
+	// default stream), used when the call's tensors are on a CUDA device
+	// or StreamDevice is set; 0 when the caller named none.
+	Stream uintptr
+	// StreamDevice is the CUDA device of Stream when the caller passed a
+	// stream without CUDA tensors, else -1.
+	StreamDevice int
+	// DefaultStream, when not nil, gives the stream of a call on CUDA
+	// device dev for which the caller named none.
+	DefaultStream func(dev int) (uintptr, error)
+}
+
+// Outcome is what a call gives back: Tensors[i] for a tensor result,
+// Values[i] for a scalar one (index i of f.Results). The caller owns the
+// result views.
+type Outcome struct {
+	Tensors []*zerocopy.View
+	Values  []Value
+	// Stream is the CUDA stream the body ran on (0: none), on which the
+	// writes of the writable arguments and results are pending.
+	Stream uintptr
+}
+
+// dimBinding is the extent a named dimension took, and from which argument.
+type dimBinding struct {
+	size int64
+	from string
+	set  bool
+}
+
+// Call checks a, orders the arguments' pending writes before the stream,
+// runs the body and collects its results. An error is classified for
+// Python (*Error): a mismatch names the function, the argument, what it
+// expects and what came; a panic in the body comes back as RuntimeError.
+func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
+	if len(a.Tensors) != len(f.Params) || len(a.Values) != len(f.Params) {
+		return out, RuntimeErrorf("%s: %d tensor and %d value slots for %d parameters", f.Name, len(a.Tensors), len(a.Values), len(f.Params))
+	}
+	var dims [8]dimBinding
+	binds := dims[:0]
+	if len(f.dims) > len(dims) {
+		binds = make([]dimBinding, 0, len(f.dims))
+	}
+	binds = binds[:len(f.dims)]
+	dev := -1 // the CUDA device of the call's tensors
+	devFrom := ""
+	for _, i := range f.tensorIdx {
+		p := &f.Params[i]
+		v := a.Tensors[i]
+		if v == nil {
+			return out, TypeErrorf("%s: missing tensor argument %s", f.Name, p.Name)
+		}
+		if err := f.checkTensor(p, v, binds); err != nil {
+			return out, err
+		}
+		if d := v.Device(); isCUDA(d) {
+			if dev >= 0 && int(d.ID) != dev {
+				return out, ValueErrorf("%s: argument %s is on %v but %s is on cuda:%d: all CUDA tensors of a call must be on one device", f.Name, p.Name, d, devFrom, dev)
+			}
+			dev, devFrom = int(d.ID), p.Name
+		}
+	}
+	if dev < 0 && a.StreamDevice >= 0 && a.Stream != 0 {
+		dev = a.StreamDevice
+	}
+	var s *cuda.Stream
+	if dev >= 0 {
+		if a.Stream == 0 && a.DefaultStream != nil {
+			if a.Stream, err = a.DefaultStream(dev); err != nil {
+				return out, err
+			}
+		}
+		if a.Stream == 0 {
+			return out, ValueErrorf("%s: no CUDA stream for the call on cuda:%d", f.Name, dev)
+		}
+		ctx, err := zerocopy.DeviceContext(dev)
+		if err != nil {
+			return out, RuntimeErrorf("%s: cuda:%d: %w", f.Name, dev, err)
+		}
+		s = ctx.WrapStream(a.Stream)
+		out.Stream = a.Stream
+	}
+	// The arguments' pending writes come first: on the GPU by event (the
+	// host never waits, so a captured stream stays capturable), on the
+	// host by waiting for them.
+	for _, i := range f.tensorIdx {
+		v := a.Tensors[i]
+		w := v.Stream()
+		if w == 0 || s != nil && w == a.Stream {
+			continue
+		}
+		if d := v.Device().Type; s != nil && (d == dlpack.CUDA || d == dlpack.CUDAManaged) {
+			err = v.OrderBefore(a.Stream)
+		} else {
+			err = v.Synchronize()
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: ordering argument %s before the call: %w", f.Name, f.Params[i].Name, err)
+		}
+	}
+	fr := f.spare.Swap(nil)
+	if fr == nil {
+		fr = new(Frame)
+	}
+	defer fr.reset(f)
+	fr.S = s
+	for k := range f.Params {
+		p := &f.Params[k]
+		v := a.Values[k]
+		switch {
+		case p.Kind == TensorKind:
+			fr.V[p.goIndex] = a.Tensors[k]
+			continue
+		case v.Kind == 0 && !p.HasDefault:
+			return out, TypeErrorf("%s: missing argument %s (%s)", f.Name, p.Name, pyType(p.Kind, p.GoType))
+		case v.Kind == 0:
+			v = p.defValue
+		}
+		if msg := v.store(p, fr); msg != "" {
+			if strings.Contains(msg, "out of range") {
+				return out, ValueErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
+			}
+			return out, TypeErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
+		}
+	}
+	if err := f.run(fr); err != nil {
+		fr.closeResults(f)
+		return out, fmt.Errorf("%s: %w", f.Name, err)
+	}
+	// What the body wrote is pending on the stream.
+	if s != nil {
+		for _, i := range f.tensorIdx {
+			if v := a.Tensors[i]; f.Params[i].Tensor.Writable && isCUDA(v.Device()) {
+				v.SetStream(a.Stream)
+			}
+		}
+	}
+	return f.collect(fr, s, a.Stream)
+}
+
+// reset clears what f's call left in fr (no pointer outlives the call in
+// a spare frame) and keeps it as f's spare: a call takes the spare or, when
+// another call has it, a new frame.
+func (fr *Frame) reset(f *Func) {
+	fr.S = nil
+	for i := 0; i < f.nin; i++ {
+		fr.V[i], fr.Str[i] = nil, ""
+	}
+	for i := range f.Results {
+		fr.RV[i], fr.RStr[i] = nil, ""
+	}
+	f.spare.Store(fr)
+}
+
+// closeResults closes the result views the body made before it failed.
+func (fr *Frame) closeResults(f *Func) {
+	for i, r := range f.Results {
+		if r.Kind == TensorKind && fr.RV[i] != nil {
+			fr.RV[i].Close()
+			fr.RV[i] = nil
+		}
+	}
+}
+
+// run calls the body with fr's arguments, through f's invoker or else
+// reflection, and leaves its results in fr. A panic in the body comes back
+// as a RuntimeError naming the panic value and where it happened.
+func (f *Func) run(fr *Frame) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = RuntimeErrorf("Go panic: %v%s", r, panicSite())
+		}
+	}()
+	if inv := f.invoker.Load(); inv != nil {
+		return (*inv)(fr)
+	}
+	var inbuf [maxSlots]reflect.Value
+	in := inbuf[:f.nin]
+	for i := range in {
+		if i == f.streamAt {
+			in[i] = reflect.ValueOf(fr.S)
+		}
+	}
+	for k := range f.Params {
+		p := &f.Params[k]
+		in[p.goIndex] = fr.slot(p)
+	}
+	res := f.fn.Call(in)
+	for i, r := range f.Results {
+		rv := res[i]
+		switch r.Kind {
+		case TensorKind:
+			fr.RV[i], _ = rv.Interface().(*zerocopy.View)
+		case BoolKind:
+			fr.RB[i] = rv.Bool()
+		case IntKind:
+			fr.RI[i] = rv.Int()
+		case UintKind:
+			fr.RU[i] = rv.Uint()
+		case FloatKind:
+			fr.RF[i] = rv.Float()
+		case StringKind:
+			fr.RStr[i] = rv.String()
+		}
+	}
+	if f.hasErr {
+		if e := res[len(f.Results)]; !e.IsNil() {
+			return e.Interface().(error)
+		}
+	}
+	return nil
+}
+
+func isCUDA(d dlpack.Device) bool { return d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged }
+
+// checkTensor checks v against p's spec, binding named dimensions.
+func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error {
+	t := &p.Tensor
+	if !v.Alive() {
+		return ValueErrorf("%s: argument %s: the tensor is closed", f.Name, p.Name)
+	}
+	if len(t.DTypes) > 0 {
+		ok := false
+		for _, d := range t.DTypes {
+			if v.DType() == d {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return TypeErrorf("%s: argument %s: want %s; got %s: dtype", f.Name, p.Name, f.want(p, binds), describe(v))
+		}
+	}
+	if !t.Device.accepts(v.Device()) {
+		return TypeErrorf("%s: argument %s: want %s; got %s: device", f.Name, p.Name, f.want(p, binds), describe(v))
+	}
+	if t.Shape != nil {
+		if nd := v.NDim(); nd != len(t.Shape) {
+			return ValueErrorf("%s: argument %s: want %s; got %s: ndim (%d != %d)", f.Name, p.Name, f.want(p, binds), describe(v), nd, len(t.Shape))
+		}
+		for j, d := range t.Shape {
+			got, _ := v.Dim(j)
+			switch {
+			case d.Name != "":
+				b := &binds[f.dimIndex(d.Name)]
+				if b.set && b.size != got {
+					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), describe(v), j, got, d.Name, b.size, b.from)
+				}
+				if !b.set {
+					*b = dimBinding{size: got, from: p.Name, set: true}
+				}
+			case d.Size >= 0 && got != d.Size:
+				return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %d)", f.Name, p.Name, f.want(p, binds), describe(v), j, got, d.Size)
+			}
+		}
+	}
+	if t.Order == zerocopy.COrder && !v.IsCContiguous() || t.Order == zerocopy.FOrder && !v.IsFContiguous() {
+		return ValueErrorf("%s: argument %s: want %s; got %s: order", f.Name, p.Name, f.want(p, binds), describe(v))
+	}
+	if t.Writable && v.ReadOnly() {
+		return ValueErrorf("%s: argument %s: want %s; got %s: read-only", f.Name, p.Name, f.want(p, binds), describe(v))
+	}
+	return nil
+}
+
+func (f *Func) dimIndex(name string) int {
+	for i, d := range f.dims {
+		if d == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// want is p's spec with the named dimensions bound so far: "float32 [N]
+// (N=16 from out)".
+func (f *Func) want(p *Param, binds []dimBinding) string {
+	s := p.Tensor.String()
+	var bound []string
+	for _, d := range p.Tensor.Shape {
+		if d.Name == "" {
+			continue
+		}
+		if b := binds[f.dimIndex(d.Name)]; b.set && b.from != p.Name && !contains(bound, d.Name) {
+			bound = append(bound, fmt.Sprintf("%s=%d from %s", d.Name, b.size, b.from))
+		}
+	}
+	if bound != nil {
+		s += " (" + strings.Join(bound, ", ") + ")"
+	}
+	return s
+}
+
+// describe says what came: "float32 [15] C-contiguous cpu read-only".
+func describe(v *zerocopy.View) string {
+	order := "strided"
+	switch c, fo := v.IsCContiguous(), v.IsFContiguous(); {
+	case c && fo:
+		order = "C/F-contiguous"
+	case c:
+		order = "C-contiguous"
+	case fo:
+		order = "F-contiguous"
+	}
+	access := "writable"
+	if v.ReadOnly() {
+		access = "read-only"
+	}
+	return fmt.Sprintf("%s %v %s %s %s", v.DType(), v.Shape(), order, v.Device(), access)
+}
+
+// panicSite names the first frame below the panic outside the runtime.
+func panicSite() string {
+	var pcs [32]uintptr
+	n := runtime.Callers(4, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		fr, more := frames.Next()
+		if fr.Function != "" && !strings.HasPrefix(fr.Function, "runtime.") && !strings.HasPrefix(fr.Function, "reflect.") {
+			return fmt.Sprintf(" (at %s %s:%d)", fr.Function, fr.File, fr.Line)
+		}
+		if !more {
+			return ""
+		}
+	}
+}
+
+// collect turns the body's results in fr into an Outcome.
+func (f *Func) collect(fr *Frame, s *cuda.Stream, stream uintptr) (Outcome, error) {
+	out := Outcome{Stream: stream}
+	n := len(f.Results)
+	if n == 0 {
+		return out, nil
+	}
+	out.Tensors = make([]*zerocopy.View, n)
+	out.Values = make([]Value, n)
+	for i, r := range f.Results {
+		switch r.Kind {
+		case TensorKind:
+			v := fr.RV[i]
+			if v == nil {
+				fr.closeResults(f)
+				return Outcome{}, RuntimeErrorf("%s: result %d is a nil *zerocopy.View with a nil error", f.Name, i+1)
+			}
+			if s != nil && isCUDA(v.Device()) && v.Stream() == 0 {
+				v.SetStream(stream)
+			}
+			out.Tensors[i] = v
+		case BoolKind:
+			out.Values[i] = Value{Kind: BoolKind, Bool: fr.RB[i]}
+		case IntKind:
+			out.Values[i] = Value{Kind: IntKind, Int: fr.RI[i]}
+		case UintKind:
+			out.Values[i] = Value{Kind: UintKind, Uint: fr.RU[i]}
+		case FloatKind:
+			out.Values[i] = Value{Kind: FloatKind, Float: fr.RF[i]}
+		case StringKind:
+			out.Values[i] = Value{Kind: StringKind, Str: fr.RStr[i]}
+		}
+	}
+	return out, nil
+}
+
+// closeTensors closes the result views that hold a reference.
+func (o *Outcome) closeTensors() {
+	for _, v := range o.Tensors {
+		if v != nil {
+			v.Close()
+		}
+	}
+}

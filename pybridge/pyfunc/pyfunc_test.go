@@ -1,0 +1,298 @@
+package pyfunc
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseTensorSpec(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string // TensorSpec.String, or the error's text
+		bad  bool
+	}{
+		{in: "", want: "any tensor"},
+		{in: "float32", want: "float32"},
+		{in: "float32 | float64 [N, K] C cuda writable", want: "float32|float64 [N, K] C cuda writable"},
+		{in: "f32|int64[*, 3]", want: "float32|int64 [*, 3]"},
+		{in: "[]", want: "[]"},
+		{in: "F cpu", want: "F cpu"},
+		{in: "float32 complex64", bad: true, want: `unknown word "complex64"`},
+		{in: "C F", bad: true, want: "two orders"},
+		{in: "cpu cuda", bad: true, want: "two devices"},
+		{in: "[N, -2]", bad: true, want: `dimension "-2"`},
+		{in: "[N", bad: true, want: "'[' without ']'"},
+		{in: "float33", bad: true, want: "neither a dtype nor a constraint"},
+	} {
+		got, err := ParseTensorSpec(c.in)
+		if c.bad {
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("ParseTensorSpec(%q) = %v, %v; want an error with %q", c.in, got, err, c.want)
+			}
+			continue
+		}
+		if err != nil || got.String() != c.want {
+			t.Errorf("ParseTensorSpec(%q) = %q, %v; want %q", c.in, got.String(), err, c.want)
+		}
+	}
+}
+
+func scaleBody(s *cuda.Stream, out, x *zerocopy.View, factor float32) error {
+	o, err := zerocopy.HostSlice[float32](out)
+	if err != nil {
+		return err
+	}
+	in, err := zerocopy.HostSliceRO[float32](x)
+	if err != nil {
+		return err
+	}
+	for i, v := range in {
+		o[i] = v * factor
+	}
+	return nil
+}
+
+func TestNewFuncRefusesMismatches(t *testing.T) {
+	for _, c := range []struct {
+		schema string
+		fn     any
+		want   string
+	}{
+		{"scale(x)", scaleBody, "want a namespace and a name"},
+		{"a.b-c(x)", scaleBody, `"b-c" is not an identifier`},
+		{"a.f(out, x)", scaleBody, "the schema names 2 parameters"},
+		{"a.f(out, x, f, g)", scaleBody, "the schema names 4 parameters"},
+		{"a.f(out: float32, x: float32, f: float32)", scaleBody, "gives it tensor constraints"},
+		{"a.f(out=1, x, f)", scaleBody, "cannot have a default"},
+		{"a.f(out, x, f='a')", scaleBody, "want float32"},
+		{"a.f(out, x, f=1e40)", scaleBody, "out of range for float32"},
+		{"a.f(out, x, stream)", scaleBody, "reserved"},
+		{"a.f(a, b, a)", scaleBody, "named twice"},
+		{"a.f(x)", func(x []int) {}, "want *zerocopy.View"},
+		{"a.f()", func() chan int { return nil }, "result 1"},
+		{"a.f()", func() (error, int) { return nil, 0 }, "returns an error before its last result"},
+		{"a.f(x)", 3, "want a Go function"},
+		{"a.f(a=1, b)", func(a, b int) {}, "without a default follows one with a default"},
+		{"a.f(n=300)", func(n int8) {}, "out of range for int8"},
+	} {
+		_, err := NewFunc(c.schema, c.fn)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewFunc(%q, %T) = %v; want an error with %q", c.schema, c.fn, err, c.want)
+		}
+	}
+}
+
+func TestRegisterRecordsErrorsAndDuplicates(t *testing.T) {
+	registry.Lock()
+	saved := registry.errs
+	registry.Unlock()
+	defer func() {
+		registry.Lock()
+		registry.errs = saved
+		registry.Unlock()
+	}()
+	if f := Register("pyfunctest_ns.ok_once(n)", func(n int) int { return n }); f == nil {
+		t.Fatal("a good registration failed:", Err())
+	}
+	if Lookup("pyfunctest_ns.ok_once") == nil {
+		t.Fatal("Lookup does not find a registered function")
+	}
+	if Register("pyfunctest_ns.ok_once(n)", func(n int) int { return n }) != nil {
+		t.Fatal("a second registration of one name succeeded")
+	}
+	if Register("bad schema", func() {}) != nil {
+		t.Fatal("a bad schema registered")
+	}
+	err := Err()
+	if err == nil || !strings.Contains(err.Error(), "pyfunctest_ns.ok_once is registered twice") || !strings.Contains(err.Error(), `schema "bad schema"`) {
+		t.Fatalf("Err() = %v", err)
+	}
+}
+
+// views of Go memory for the call tests.
+func f32(t *testing.T, xs ...float32) *zerocopy.View {
+	t.Helper()
+	v, err := zerocopy.FromSlice(xs, int64(len(xs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	return v
+}
+
+func TestCallChecksAndRuns(t *testing.T) {
+	f, err := NewFunc("t.scale(out: float32 [N] C writable, x: float32 [N] C, factor=2.0)", scaleBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, x := f32(t, 0, 0, 0), f32(t, 1, 2, 3)
+	args := func(vals ...Value) *Args {
+		a := &Args{Tensors: []*zerocopy.View{out, x, nil}, Values: make([]Value, 3), StreamDevice: -1}
+		if len(vals) > 0 {
+			a.Values[2] = vals[0]
+		}
+		return a
+	}
+	if _, err := f.Call(args(), 0); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := zerocopy.HostSliceRO[float32](out)
+	if diff := cmp.Diff([]float32{2, 4, 6}, got); diff != "" {
+		t.Fatal(diff)
+	}
+	if _, err := f.Call(args(Value{Kind: IntKind, Int: 10}), 0); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]float32{10, 20, 30}, got); diff != "" {
+		t.Fatal(diff)
+	}
+	_, err = f.Call(args(Value{Kind: StringKind, Str: "x"}), 0)
+	if ClassOf(err) != TypeError || err.Error() != `t.scale: argument factor: want float32 (a float or an int), got str "x"` {
+		t.Fatalf("a string factor: %v (%v)", err, ClassOf(err))
+	}
+	short := f32(t, 1, 2)
+	_, err = f.Call(&Args{Tensors: []*zerocopy.View{out, short, nil}, Values: make([]Value, 3), StreamDevice: -1}, 0)
+	want := "t.scale: argument x: want float32 [N] C (N=3 from out); got float32 [2] C/F-contiguous cpu writable: shape[0] (2 != N=3 from out)"
+	if ClassOf(err) != ValueError || err.Error() != want {
+		t.Fatalf("a short x:\n got %v (%v)\nwant %s", err, ClassOf(err), want)
+	}
+	i64, _ := zerocopy.FromSlice([]int64{1, 2, 3}, 3)
+	defer i64.Close()
+	_, err = f.Call(&Args{Tensors: []*zerocopy.View{out, i64, nil}, Values: make([]Value, 3), StreamDevice: -1}, 0)
+	if ClassOf(err) != TypeError || !strings.HasSuffix(err.Error(), "int64 [3] C/F-contiguous cpu writable: dtype") {
+		t.Fatalf("an int64 x: %v", err)
+	}
+}
+
+func TestErrorsPanicsAndResults(t *testing.T) {
+	boom := errors.New("boom")
+	f, err := NewFunc("t.f(kind)", func(kind string) (int64, string, bool, error) {
+		switch kind {
+		case "error":
+			return 0, "", false, boom
+		case "value":
+			return 0, "", false, ValueErrorf("bad value")
+		case "panic":
+			panic("oh no")
+		}
+		return 42, "ok", true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(kind string) (Outcome, error) {
+		return f.Call(&Args{Tensors: make([]*zerocopy.View, 1), Values: []Value{{Kind: StringKind, Str: kind}}, StreamDevice: -1}, 0)
+	}
+	out, err := call("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Value{{Kind: IntKind, Int: 42}, {Kind: StringKind, Str: "ok"}, {Kind: BoolKind, Bool: true}}, out.Values); diff != "" {
+		t.Fatal(diff)
+	}
+	if _, err := call("error"); !errors.Is(err, boom) || ClassOf(err) != Unclassified || err.Error() != "t.f: boom" {
+		t.Fatalf("error: %v", err)
+	}
+	if _, err := call("value"); ClassOf(err) != ValueError {
+		t.Fatalf("value error: %v", err)
+	}
+	_, err = call("panic")
+	if ClassOf(err) != RuntimeError || !strings.Contains(err.Error(), "t.f: Go panic: oh no (at ") {
+		t.Fatalf("panic: %v", err)
+	}
+}
+
+// The invoker and reflection paths give the same results and errors.
+func TestInvokerAndReflectionAgree(t *testing.T) {
+	body := func(b bool, i8 int8, u uint32, f float64, s string) (bool, int64, uint64, float64, string) {
+		return !b, int64(i8) * 2, uint64(u) + 1, f / 2, s + "!"
+	}
+	slow, err := NewFunc("t.echo(b, i8, u, f, s='x')", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, _ := NewFunc("t.echo(b, i8, u, f, s='x')", body)
+	inv := Invoker(func(fr *Frame) error {
+		r0, r1, r2, r3, r4 := body(fr.B[0], int8(fr.I[1]), uint32(fr.U[2]), fr.F[3], fr.Str[4])
+		fr.RB[0], fr.RI[1], fr.RU[2], fr.RF[3], fr.RStr[4] = r0, r1, r2, r3, r4
+		return nil
+	})
+	fast.invoker.Store(&inv)
+	if slow.Fast() || !fast.Fast() {
+		t.Fatal("Fast() does not tell the paths apart")
+	}
+	for _, vals := range [][]Value{
+		{{Kind: BoolKind, Bool: true}, {Kind: IntKind, Int: -128}, {Kind: IntKind, Int: 7}, {Kind: FloatKind, Float: 3}, {}},
+		{{Kind: BoolKind}, {Kind: IntKind, Int: 127}, {Kind: UintKind, Uint: 1 << 32}, {Kind: IntKind, Int: 1}, {Kind: StringKind, Str: "go"}},
+		{{Kind: BoolKind}, {Kind: IntKind, Int: 128}, {Kind: IntKind, Int: 0}, {Kind: FloatKind}, {}},
+		{{Kind: IntKind, Int: 1}, {Kind: IntKind}, {Kind: IntKind}, {Kind: FloatKind}, {}},
+	} {
+		a := &Args{Tensors: make([]*zerocopy.View, 5), Values: vals, StreamDevice: -1}
+		o1, e1 := slow.Call(a, 0)
+		o2, e2 := fast.Call(a, 0)
+		if diff := cmp.Diff(o1.Values, o2.Values); diff != "" || (e1 == nil) != (e2 == nil) || e1 != nil && e1.Error() != e2.Error() {
+			t.Errorf("%v: reflection %v, %v; invoker %v, %v", vals, o1.Values, e1, o2.Values, e2)
+		}
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	f, err := NewFunc("t.scale(out: float32 [N] C writable, x: float32 [N] C, factor=2.0)", scaleBody, "Scales.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.Describe(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"name":"t.scale"`, `"index":3`, `"doc":"Scales."`, `"stream":true`,
+		`"spec":"float32 [N] C writable","writable":true`, `"default":2,"has_default":true,"default_src":"2.0"`, `"go_type":"float32"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("Describe lacks %s:\n%s", want, b)
+		}
+	}
+}
+
+func TestDeviceKinds(t *testing.T) {
+	for _, c := range []struct {
+		k    DeviceKind
+		d    dlpack.DeviceType
+		want bool
+	}{
+		{CPU, dlpack.CPU, true}, {CPU, dlpack.CUDAHost, true}, {CPU, dlpack.CUDA, false}, {CPU, dlpack.CUDAManaged, true},
+		{CUDA, dlpack.CUDA, true}, {CUDA, dlpack.CPU, false}, {CUDA, dlpack.CUDAManaged, true},
+		{AnyDevice, dlpack.CPU, true}, {AnyDevice, dlpack.CUDA, true}, {AnyDevice, dlpack.ROCM, false},
+	} {
+		if got := c.k.accepts(dlpack.Device{Type: c.d}); got != c.want {
+			t.Errorf("%v accepts %v = %v", c.k, c.d, got)
+		}
+	}
+}
+
+func FuzzParseSchema(f *testing.F) {
+	for _, s := range []string{"a.b(x: float32 [N, K] C cuda writable, y=1.0, s='a,b')", "a.b()", "a.b(x: [", "a.b(x: f32|f64 [*])"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		name, params, err := parseSchema(s)
+		if err != nil {
+			return
+		}
+		if checkName(name) != nil {
+			t.Fatalf("parseSchema(%q) accepted the name %q", s, name)
+		}
+		for _, p := range params {
+			if p.tensor != nil {
+				if _, err := ParseTensorSpec(p.tensor.String()); err != nil && p.tensor.String() != "any tensor" {
+					t.Fatalf("parseSchema(%q): the spec %q does not parse again: %v", s, p.tensor.String(), err)
+				}
+			}
+		}
+	})
+}

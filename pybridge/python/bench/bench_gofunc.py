@@ -1,0 +1,230 @@
+"""Calls of Go functions from Python (dlbridge.ops) against the peers, in
+one process, as ratios.
+
+Host (any machine): gofunc.scale(out, x, 2.0) over 16-element float32 NumPy
+arrays against numpy.multiply(x, 2.0, out=out), the same loop in a pybind11
+extension (py::array_t arguments; Debian's pybind11-dev) and in a C function
+called through ctypes (with the arrays' addresses), all built here at run
+time with g++/gcc. GPU (PyTorch with CUDA): gofunc.noop over two torch CUDA
+tensors with the caller's stream, gofunc.axpy (one kernel launch), a CuPy
+RawKernel launch of the same PTX where CuPy is installed, torch's
+x.add_(0) and torch.cuda.current_stream(); then 1 and 8 threads calling
+axpy in a loop (the GIL is released during the Go body).
+
+Each cell is the best of interleaved rounds (one batch of each library a
+round), the garbage collector off as timeit has it.
+
+    DLBRIDGE_LIB=build/libopstest.so PYTHONPATH=pybridge/python python3 pybridge/python/bench/bench_gofunc.py
+"""
+
+import ctypes
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+
+import numpy
+
+import dlbridge
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
+
+PYBIND_SRC = r"""
+#include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
+namespace py = pybind11;
+static void scale(py::array_t<float, 0> out, py::array_t<float, 0> x, float factor) {
+    if (out.ndim() != 1 || x.ndim() != 1 || out.shape(0) != x.shape(0))
+        throw py::value_error("scale: want two 1-d arrays of one length");
+    auto o = out.mutable_unchecked<1>();
+    auto in = x.unchecked<1>();
+    for (py::ssize_t i = 0; i < in.shape(0); i++) o(i) = in(i) * factor;
+}
+PYBIND11_MODULE(pyb_scale, m) { m.def("scale", &scale); }
+"""
+
+C_SRC = r"""
+#include <stddef.h>
+void scale(float *out, const float *x, size_t n, float f) { for (size_t i = 0; i < n; i++) out[i] = x[i] * f; }
+"""
+
+
+def build_peers(tmp):
+    """The pybind11 module and the ctypes library, or None where the
+    toolchain is missing."""
+    peers = {}
+    inc = sysconfig.get_paths()["include"]
+    if shutil.which("g++") and os.path.exists("/usr/include/pybind11/pybind11.h"):
+        src = os.path.join(tmp, "pyb_scale.cpp")
+        with open(src, "w") as f:
+            f.write(PYBIND_SRC)
+        so = os.path.join(tmp, "pyb_scale" + sysconfig.get_config_var("EXT_SUFFIX"))
+        r = subprocess.run(["g++", "-O2", "-shared", "-fPIC", "-std=c++17", "-I" + inc, src, "-o", so],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            sys.path.insert(0, tmp)
+            import pyb_scale  # noqa: E402
+            peers["pybind11"] = pyb_scale.scale
+        else:
+            print("pybind11 peer not built:", r.stderr[-500:])
+    if shutil.which("gcc"):
+        src = os.path.join(tmp, "c_scale.c")
+        with open(src, "w") as f:
+            f.write(C_SRC)
+        so = os.path.join(tmp, "c_scale.so")
+        if subprocess.run(["gcc", "-O2", "-shared", "-fPIC", src, "-o", so]).returncode == 0:
+            lib = ctypes.CDLL(so)
+            lib.scale.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_float]
+            lib.scale.restype = None
+            peers["ctypes"] = lib.scale
+    return peers
+
+
+def best_per_call(cells, number, rounds=ROUNDS):
+    """{name: best seconds per call} over interleaved rounds of each cell."""
+    best = {name: float("inf") for name in cells}
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, fn in cells.items():
+                t = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                best[name] = min(best[name], (time.perf_counter() - t) / number)
+    finally:
+        if gc_was:
+            gc.enable()
+    return best
+
+
+def report(title, best, base):
+    print("== " + title)
+    for name, s in best.items():
+        print("  %-44s %8.3f us   %5.2fx %s" % (name, s * 1e6, s / best[base], base))
+
+
+def host():
+    ops = dlbridge.ops
+    x = numpy.arange(16, dtype=numpy.float32)
+    out = numpy.empty_like(x)
+    with tempfile.TemporaryDirectory() as tmp:
+        peers = build_peers(tmp)
+        scale = ops.gofunc.scale
+        cells = {
+            "dlbridge.ops.gofunc.scale(out, x, 2.0)": lambda: scale(out, x, 2.0),
+            "numpy.multiply(x, 2.0, out=out)": lambda: numpy.multiply(x, 2.0, out=out),
+        }
+        if "pybind11" in peers:
+            pb = peers["pybind11"]
+            cells["pybind11 scale(out, x, 2.0)"] = lambda: pb(out, x, 2.0)
+        if "ctypes" in peers:
+            cs = peers["ctypes"]
+            cells["ctypes scale(out.ctypes.data, x.ctypes.data, 16, 2.0)"] = lambda: cs(out.ctypes.data, x.ctypes.data, 16, 2.0)
+        scale(out, x, 2.0)
+        assert (out == x * 2).all()
+        best = best_per_call(cells, 20000)
+        report("host: 16-element float32 NumPy arrays (dlbridge fast path: %s)" % dlbridge.fast_path, best,
+               "numpy.multiply(x, 2.0, out=out)")
+
+
+def gpu():
+    try:
+        import torch
+    except ImportError:
+        print("== gpu: no torch")
+        return
+    if not torch.cuda.is_available():
+        print("== gpu: torch has no CUDA device")
+        return
+    ops = dlbridge.ops
+    n = 1 << 10
+    x = torch.ones(n, device="cuda")
+    y = torch.zeros(n, device="cuda")
+    side = torch.cuda.Stream()
+    noop, axpy = ops.gofunc.noop, ops.gofunc.axpy
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        cells = {
+            "dlbridge.ops.gofunc.noop(x, y)": lambda: noop(x, y),
+            "dlbridge.ops.gofunc.axpy(y, x, 2.0)": lambda: axpy(y, x, 2.0),
+            "torch x.add_(0)": lambda: x.add_(0),
+            "torch.cuda.current_stream()": lambda: torch.cuda.current_stream(),
+        }
+        try:
+            import cupy
+        except ImportError:
+            cupy = None
+        if cupy is not None:
+            src = r'''extern "C" __global__ void axpy(float* y, const float* x, unsigned long long n, float a) {
+                for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+                    y[i] = a * x[i] + y[i]; }'''
+            k = cupy.RawKernel(src, "axpy")
+            cx, cy = cupy.asarray(x), cupy.asarray(y)
+            cs = cupy.cuda.ExternalStream(side.cuda_stream)
+            grid = ((n + 255) // 256,)
+            a32 = numpy.float32(2.0)
+            nn = numpy.uint64(n)
+            with cs:
+                k(grid, (256,), (cy, cx, nn, a32))
+            cells["cupy RawKernel axpy launch"] = lambda: k(grid, (256,), (cy, cx, nn, a32), stream=cs)
+        for fn in cells.values():
+            fn()
+        torch.cuda.synchronize()
+        best = best_per_call(cells, 5000)
+        torch.cuda.synchronize()
+    report("gpu: torch CUDA tensors on a side stream (dlbridge fast path: %s)" % dlbridge.fast_path, best,
+           "torch x.add_(0)")
+    if "cupy RawKernel axpy launch" in best:
+        print("  axpy / cupy RawKernel launch: %.2fx" % (best["dlbridge.ops.gofunc.axpy(y, x, 2.0)"] / best["cupy RawKernel axpy launch"]))
+    threads_scaling(torch)
+
+
+def threads_scaling(torch):
+    """Calls per second of axpy from 1 and from 8 threads, each on its own
+    stream and tensors."""
+    ops = dlbridge.ops
+    calls = 4000
+
+    def run(nthreads):
+        tensors = [(torch.zeros(1024, device="cuda"), torch.ones(1024, device="cuda"), torch.cuda.Stream())
+                   for _ in range(nthreads)]
+        torch.cuda.synchronize()
+        start = threading.Barrier(nthreads + 1)
+
+        def worker(y, x, s):
+            with torch.cuda.stream(s):
+                start.wait()
+                for _ in range(calls):
+                    ops.gofunc.axpy(y, x, 1.0)
+
+        ts = [threading.Thread(target=worker, args=t) for t in tensors]
+        for t in ts:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in ts:
+            t.join()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        for y, x, s in tensors:
+            assert float(y[0]) == calls, float(y[0])
+        return nthreads * calls / dt
+
+    one = max(run(1) for _ in range(3))
+    eight = max(run(8) for _ in range(3))
+    print("== threads: gofunc.axpy on torch CUDA tensors, each thread its own stream")
+    print("  1 thread  %10.0f calls/s" % one)
+    print("  8 threads %10.0f calls/s   %.2fx one thread" % (eight, eight / one))
+
+
+if __name__ == "__main__":
+    print("dlbridge", dlbridge.__version__, "library", dlbridge.library_path, "python", sys.version.split()[0],
+          "numpy", numpy.__version__)
+    host()
+    gpu()
