@@ -9,8 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 G=build/gpu
 rm -rf "$G"; mkdir -p "$G/bin" "$G/py"
-# Test binaries: every package that has GPU tests (they skip without DLBRIDGE_GPU=1).
-for p in cuda zerocopy pybridge cmd/dlbridge; do
+# Test binaries: every package that has GPU tests (they skip without DLBRIDGE_GPU=1),
+# or those GPU_GO_TESTS names ("none": no Go tests, for a bundle that must stay
+# under the device tool's 64 MiB carry limit when only Python runs there).
+for p in ${GPU_GO_TESTS:-cuda zerocopy pybridge cmd/dlbridge}; do
   [ -d "$p" ] || continue
   CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.nocgo.test" "./$p" 2>/dev/null || echo "note: no CGO_ENABLED=0 test binary for $p"
   go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.cgo.test" "./$p"

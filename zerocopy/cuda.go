@@ -143,6 +143,53 @@ func (m *cudaMemory) noteUse(h uintptr, viewDev dlpack.Device) {
 	m.used[h] = pooledEvent{d, e}
 }
 
+// FreeOnWorkStream lets the stream-ordered memory of v outlive the stream
+// AllocCUDAAsync allocated it on: it will be freed on its device's work
+// stream, which lives as long as the process, after the work queued on the
+// allocation stream so far (one event, recorded now). Use it when that
+// stream belongs to someone else who may destroy it before the memory is
+// freed (a caller's stream: pyfunc does it for the results of a call); a
+// free queued on a destroyed stream crashes the driver. Work queued on
+// that stream later is ordered before the free the usual ways (exports
+// and copies mark the streams they hand the memory to). Other memory, and
+// memory of a work stream or a default stream, is left as it is.
+func FreeOnWorkStream(v *View) error {
+	m, ok := v.owner.rel.(*cudaMemory)
+	if !ok || m.async == nil {
+		return nil
+	}
+	m.mu.Lock()
+	async := m.async
+	m.mu.Unlock()
+	h := async.Handle()
+	if h == 0 || h == cuda.StreamHandleLegacy || h == cuda.StreamHandlePerThread {
+		return nil
+	}
+	ws, err := m.d.defaultStream()
+	if err != nil {
+		return fmt.Errorf("zerocopy: FreeOnWorkStream: %w", err)
+	}
+	if ws.Handle() == h {
+		return nil
+	}
+	e, d, err := markStream(h, m.d.ctx.Device().Ordinal(), v.device)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.lost = true // the free waits for the device instead
+		return fmt.Errorf("zerocopy: FreeOnWorkStream: %w", err)
+	}
+	if old, ok := m.used[h]; ok {
+		old.d.putEvent(old.e)
+	}
+	if m.used == nil {
+		m.used = make(map[uintptr]pooledEvent)
+	}
+	m.used[h] = pooledEvent{d, e}
+	m.async = ws
+	return nil
+}
+
 // Release frees the memory. A failure (the context was torn down, the
 // stream destroyed) cannot be returned from here: stream-ordered memory then
 // falls back to a synchronous free, anything else is reported to the

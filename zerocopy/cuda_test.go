@@ -602,3 +602,53 @@ func TestSmallTransfersAskOnlyWhatMatters(t *testing.T) {
 	}
 	keep(src)
 }
+
+// Memory allocated on a stream its owner destroys first: after
+// FreeOnWorkStream and MarkPending, neither readers nor the free name that
+// stream again (the real driver crashes on a destroyed stream's handle),
+// and the data is there.
+func TestMemoryOutlivesTheStreamItWasMadeOn(t *testing.T) {
+	needFake(t)
+	ctx, err := zerocopy.DeviceContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := ctx.WrapStream(theirs.Handle()) // what a Go function gets: a handle, not the owner's object
+	v, err := zerocopy.AllocCUDAAsync(caller, dlpack.Float32Type, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := zerocopy.Fill(v, zerocopy.Float(3), caller); err != nil {
+		t.Fatal(err)
+	}
+	if v.Stream() != theirs.Handle() {
+		t.Fatalf("the fill is pending on %#x, want the caller's stream %#x", v.Stream(), theirs.Handle())
+	}
+	if err := v.MarkPending(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zerocopy.FreeOnWorkStream(v); err != nil {
+		t.Fatal(err)
+	}
+	if err := theirs.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	stale := int(fakeCall(t, "fakecuda_stale_stream_uses"))
+	host := make([]float32, 256)
+	hv, _ := zerocopy.FromSlice(host, 256)
+	defer hv.Close()
+	if err := zerocopy.CopyCUDA(hv, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	if host[0] != 3 || host[255] != 3 {
+		t.Fatalf("read %v ... %v, want 3", host[0], host[255])
+	}
+	v.Close()
+	if got := int(fakeCall(t, "fakecuda_stale_stream_uses")) - stale; got != 0 {
+		t.Errorf("the reader or the free named the destroyed stream %d times", got)
+	}
+}

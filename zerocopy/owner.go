@@ -66,9 +66,17 @@ func NewOwner(r Releaser, label string) *Owner {
 // called before the owner is shared.
 func (o *Owner) Init(r Releaser, label string) {
 	o.rel, o.label = r, label
-	o.released.Store(false)
-	o.hooks.Store(nil)
-	o.pend.Store(nil)
+	// An atomic store costs a locked instruction: fields of a new owner,
+	// zero already, are only read (an Init per call argument is common).
+	if o.released.Load() {
+		o.released.Store(false)
+	}
+	if o.hooks.Load() != nil {
+		o.hooks.Store(nil)
+	}
+	if o.pend.Load() != nil {
+		o.pend.Store(nil)
+	}
 	o.refs.Store(1)
 }
 

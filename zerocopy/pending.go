@@ -148,6 +148,23 @@ func (v *View) OrderBefore(consumer uintptr) error {
 	return nil
 }
 
+// MarkPending records now the event that marks the write pending on v
+// (readers otherwise record it when they first need it), so that readers
+// and Synchronize wait for that event and never name the write's stream
+// again: for a write queued on a stream whose owner may destroy it before
+// the readers come, such as the caller's stream of a Go function called
+// from Python. Nothing pending: nothing to do.
+func (v *View) MarkPending() error {
+	p := v.owner.pend.Load()
+	if p == nil || p.done.Load() {
+		return nil
+	}
+	if _, _, err := p.marker(v.device); err != nil {
+		return fmt.Errorf("zerocopy: MarkPending: %w", err)
+	}
+	return nil
+}
+
 // waitOn makes s wait for the write pending on v (see OrderBefore).
 func (v *View) waitOn(s *cuda.Stream) error {
 	p := v.owner.pend.Load()

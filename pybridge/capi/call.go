@@ -234,6 +234,17 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	if err != nil {
 		return err
 	}
+	// A dlbridge tensor the body wrote on the caller's stream outlives the
+	// call, and the caller may destroy that stream first: readers wait for
+	// an event recorded now instead.
+	for i := range side {
+		if t := side[i].borrowed; t != nil && out.Stream != 0 && t.View.Stream() == out.Stream &&
+			out.Stream != pybridge.WorkStream(t.View.Device().ID) {
+			if err := t.View.MarkPending(); err != nil {
+				return err
+			}
+		}
+	}
 	return publishResults(f, &out, side, res, infos)
 }
 

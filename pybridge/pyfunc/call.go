@@ -499,8 +499,22 @@ func (f *Func) collect(fr *Frame, s *cuda.Stream, stream uintptr) (Outcome, erro
 				fr.closeResults(f)
 				return Outcome{}, RuntimeErrorf("%s: result %d is a nil *zerocopy.View with a nil error", f.Name, i+1)
 			}
-			if s != nil && isCUDA(v.Device()) && v.Stream() == 0 {
-				v.SetStream(stream)
+			if s != nil && isCUDA(v.Device()) {
+				if v.Stream() == 0 {
+					v.SetStream(stream)
+				}
+				// The result outlives the call, and the caller may destroy
+				// its stream first: readers wait for an event recorded now,
+				// and memory the body allocated on that stream is freed on
+				// the device's work stream.
+				err := v.MarkPending()
+				if err == nil {
+					err = zerocopy.FreeOnWorkStream(v)
+				}
+				if err != nil {
+					fr.closeResults(f)
+					return Outcome{}, RuntimeErrorf("%s: result %d: %v", f.Name, i+1, err)
+				}
 			}
 			out.Tensors[i] = v
 		case BoolKind:

@@ -26,6 +26,7 @@ import json
 import os
 import sys
 
+from . import _convert as C
 from . import _lib
 
 # Parameter and result kinds, as _core's make_function numbers them.
@@ -315,7 +316,7 @@ def _scalar_arg(name, p, v, a, keep):
     and range against the parameter's Go type."""
     import operator
     kind = p["kind"]
-    if isinstance(v, bool) or kind != "str" and type(v).__name__ == "bool_":
+    if isinstance(v, bool) or kind != "str" and C._is_bool(v):
         a.kind, a.i = _ARG_BOOL, int(bool(v))
         return
     if isinstance(v, str):

@@ -343,7 +343,9 @@ def test_cuda_call_orders_after_pending_writes_by_event_without_host_sync(fake_d
     buf = (ctypes.c_ulonglong * 96)()
     n = fake.fakecuda_order_log(buf, 32)
     log = [(chr(buf[3 * i]), buf[3 * i + 1], buf[3 * i + 2]) for i in range(n)]
-    assert ("r", s1.cuda_stream, 0) in log and ("w", s2.cuda_stream, s1.cuda_stream) in log, log
+    # s2 waits for a record on s1 (made when fill_async returned: the
+    # caller's stream may be gone before the readers come).
+    assert ("w", s2.cuda_stream, s1.cuda_stream) in log, log
     assert [fake_driver.calls(n) for n in ("cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")] == [0, 0, 0]
     del syncs
     # The write of axpy is pending on s2: a reader elsewhere waits for it.
@@ -387,6 +389,25 @@ def test_cuda_result_is_pending_on_the_callers_stream(driver):
     r = ops.pytest.full_like(x, 4.0, stream=s)
     assert isinstance(r, dlbridge.Tensor) and r.device == "cuda:0"
     assert np.from_dlpack(r.to("cpu")).tolist() == [4.0] * 16
+
+
+@pytest.mark.gpu
+def test_a_result_outlives_the_stream_it_was_made_on(driver):
+    x = dlbridge.zeros(1024, device="cuda")
+    s = dlbridge.Stream(device=0)
+    r = ops.pytest.full_like(x, 2.0, stream=s)
+    s.synchronize()
+    s._close()  # the caller's stream goes first: the result is freed on dlbridge's work stream
+    del s
+    gc.collect()
+    assert np.from_dlpack(r.to("cpu")).tolist() == [2.0] * 1024
+    del r
+    gc.collect()
+    dlbridge.synchronize()
+    if driver.fake:
+        f = driver.lib.fakecuda_stale_stream_uses
+        f.restype = ctypes.c_long
+        assert f() == 0, "a driver call named a destroyed stream"
 
 
 # ---- PyTorch and CuPy on a real GPU ----
