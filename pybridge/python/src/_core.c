@@ -45,9 +45,10 @@ _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "the buffer protocol share
 // PyObject_CheckBuffer and the Py_bf_* type slots into the limited API
 // unchanged: the struct's layout has been fixed since 3.3, the functions are
 // exported by every CPython from 3.9 (PyObject_CheckBuffer was a macro
-// before), and PyType_FromSpec takes the slots since 3.9. So the declarations below,
-// copied from 3.11's pybuffer.h, describe 3.10 exactly, and the stable ABI
-// of 3.11 and later keeps them.
+// before), and PyType_FromSpec takes the slots since 3.9. So the
+// declarations below, copied from 3.11's pybuffer.h, describe 3.10 exactly,
+// and the stable ABI of 3.11 and later keeps them. `make pytest-pythons`
+// runs the buffer-protocol tests on 3.10.
 #if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030B0000
 typedef struct {
 	void *buf;
