@@ -150,6 +150,10 @@ func (w Want) String() string {
 	return strings.Join(parts, " ")
 }
 
+// Describe says what v is, in the terms of Want.String: "int64 [4 2]
+// strided cpu read-only". Mismatch messages (Want.Check, pyfunc) show it.
+func (v *View) Describe() string { return describeView(v) }
+
 // describeView says what Check saw, in the terms of Want.String.
 func describeView(v *View) string {
 	order := "strided"

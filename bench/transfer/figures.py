@@ -1,4 +1,4 @@
-"""Checks a bench_transfer.py log against issue 9's H100 figures and prints one line per log:
+"""Checks a bench_transfer.py log against the H100 transfer targets and prints one line per log:
     python3 bench/transfer/figures.py bench/results/transfer-h100/transfer-*.log
 h2d/h2d-into: >= 40 GB/s at 1 GiB and >= 4x the best peer from 64 MiB; d2h: >= 30 GB/s at 1 GiB and
 >= 8x torch; d2h-into: >= 40 GB/s at 1 GiB; every direction at 4 and 64 KiB: time <= 1.2x the best peer's

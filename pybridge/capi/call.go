@@ -202,12 +202,27 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	}
 	a.Tensors, a.Values, side = a.Tensors[:n], a.Values[:n], side[:n]
 	defer release(side, cargs)
+	// The lent arguments' views, owners and releasers: one allocation.
+	nlent := 0
+	for i := range cargs {
+		if cargs[i].kind == C.DLB_ARG_MEMORY && f.Params[i].Kind == pyfunc.TensorKind {
+			nlent++
+		}
+	}
+	var lent []lentArg
+	if nlent > 0 {
+		lent = make([]lentArg, nlent)
+	}
 	for i := range cargs {
 		ca := &cargs[i]
 		ca.kept = 0
 		p := &f.Params[i]
 		if p.Kind == pyfunc.TensorKind {
-			v, err := tensorArg(f, p, ca, &side[i])
+			var l *lentArg
+			if ca.kind == C.DLB_ARG_MEMORY {
+				l, lent = &lent[0], lent[1:]
+			}
+			v, err := tensorArg(f, p, ca, &side[i], l)
 			if err != nil {
 				return err
 			}
@@ -248,8 +263,9 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	return publishResults(f, &out, side, res, infos)
 }
 
-// tensorArg makes the view of a tensor argument.
-func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*zerocopy.View, error) {
+// tensorArg makes the view of a tensor argument; l is the place of a lent
+// one's view (DLB_ARG_MEMORY).
+func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, l *lentArg) (*zerocopy.View, error) {
 	switch ca.kind {
 	case C.DLB_ARG_HANDLE:
 		t, err := pybridge.Borrow(pybridge.Handle(ca.handle))
@@ -281,7 +297,6 @@ func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*
 		} else {
 			s.Shape = []int64{}
 		}
-		l := new(lentArg)
 		l.owner.Init(&l.keeper, "call argument")
 		if err := l.view.Init(s, &l.owner); err != nil {
 			return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err))

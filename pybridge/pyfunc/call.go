@@ -385,15 +385,15 @@ func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error
 			}
 		}
 		if !ok {
-			return TypeErrorf("%s: argument %s: want %s; got %s: dtype", f.Name, p.Name, f.want(p, binds), describe(v))
+			return TypeErrorf("%s: argument %s: want %s; got %s: dtype", f.Name, p.Name, f.want(p, binds), v.Describe())
 		}
 	}
 	if !t.Device.accepts(v.Device()) {
-		return TypeErrorf("%s: argument %s: want %s; got %s: device", f.Name, p.Name, f.want(p, binds), describe(v))
+		return TypeErrorf("%s: argument %s: want %s; got %s: device", f.Name, p.Name, f.want(p, binds), v.Describe())
 	}
 	if t.Shape != nil {
 		if nd := v.NDim(); nd != len(t.Shape) {
-			return ValueErrorf("%s: argument %s: want %s; got %s: ndim (%d != %d)", f.Name, p.Name, f.want(p, binds), describe(v), nd, len(t.Shape))
+			return ValueErrorf("%s: argument %s: want %s; got %s: ndim (%d != %d)", f.Name, p.Name, f.want(p, binds), v.Describe(), nd, len(t.Shape))
 		}
 		for j, d := range t.Shape {
 			got, _ := v.Dim(j)
@@ -401,21 +401,21 @@ func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error
 			case d.Name != "":
 				b := &binds[f.dimIndex(d.Name)]
 				if b.set && b.size != got {
-					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), describe(v), j, got, d.Name, b.size, b.from)
+					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Name, b.size, b.from)
 				}
 				if !b.set {
 					*b = dimBinding{size: got, from: p.Name, set: true}
 				}
 			case d.Size >= 0 && got != d.Size:
-				return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %d)", f.Name, p.Name, f.want(p, binds), describe(v), j, got, d.Size)
+				return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %d)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Size)
 			}
 		}
 	}
 	if t.Order == zerocopy.COrder && !v.IsCContiguous() || t.Order == zerocopy.FOrder && !v.IsFContiguous() {
-		return ValueErrorf("%s: argument %s: want %s; got %s: order", f.Name, p.Name, f.want(p, binds), describe(v))
+		return ValueErrorf("%s: argument %s: want %s; got %s: order", f.Name, p.Name, f.want(p, binds), v.Describe())
 	}
 	if t.Writable && v.ReadOnly() {
-		return ValueErrorf("%s: argument %s: want %s; got %s: read-only", f.Name, p.Name, f.want(p, binds), describe(v))
+		return ValueErrorf("%s: argument %s: want %s; got %s: read-only", f.Name, p.Name, f.want(p, binds), v.Describe())
 	}
 	return nil
 }
@@ -446,24 +446,6 @@ func (f *Func) want(p *Param, binds []dimBinding) string {
 		s += " (" + strings.Join(bound, ", ") + ")"
 	}
 	return s
-}
-
-// describe says what came: "float32 [15] C-contiguous cpu read-only".
-func describe(v *zerocopy.View) string {
-	order := "strided"
-	switch c, fo := v.IsCContiguous(), v.IsFContiguous(); {
-	case c && fo:
-		order = "C/F-contiguous"
-	case c:
-		order = "C-contiguous"
-	case fo:
-		order = "F-contiguous"
-	}
-	access := "writable"
-	if v.ReadOnly() {
-		access = "read-only"
-	}
-	return fmt.Sprintf("%s %v %s %s %s", v.DType(), v.Shape(), order, v.Device(), access)
 }
 
 // panicSite names the first frame below the panic outside the runtime.

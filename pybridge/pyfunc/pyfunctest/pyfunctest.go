@@ -31,6 +31,8 @@ func init() {
 	pyfunc.Register("pytest.count(x)", Count, "The number of elements of x.")
 	pyfunc.Register("pytest.slow(x: float32 cpu writable, v, spins)", Slow)
 	pyfunc.Register("pytest.full_like(x: float32 cuda, v)", FullLike)
+	pyfunc.Register("pytest.nothing()", Nothing)
+	pyfunc.Register("pytest.fill_times(x: float32 cuda writable, v, times)", FillTimes)
 }
 
 // Echo returns its arguments, converted to the widest kinds.
@@ -197,4 +199,18 @@ func FullLike(s *cuda.Stream, x *zerocopy.View, v float32) (*zerocopy.View, erro
 		return nil, err
 	}
 	return out, nil
+}
+
+// Nothing does nothing: the fixed cost of a call.
+func Nothing() {}
+
+// FillTimes fills x with v times times on the caller's stream: a GPU
+// function whose body is several kernel launches.
+func FillTimes(s *cuda.Stream, x *zerocopy.View, v float32, times int) error {
+	for i := 0; i < times; i++ {
+		if err := zerocopy.Fill(x, zerocopy.Float(float64(v)), s); err != nil {
+			return err
+		}
+	}
+	return nil
 }

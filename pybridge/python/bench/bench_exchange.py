@@ -1,6 +1,6 @@
 """Times tensor exchanges through dlbridge next to the same exchanges between
 peers (PyTorch, CuPy, NumPy) in one run, and prints ratios against the
-targets of issue 4. Each timing is the best of several timeit repeats, per
+exchange targets. Each timing is the best of several timeit repeats, per
 call, with the result dropped at once (so the deleter runs inside it too).
 
     DLBRIDGE_LIB=build/libdlbridge.so PYTHONPATH=pybridge/python python3 pybridge/python/bench/bench_exchange.py

@@ -116,10 +116,13 @@ def host():
     with tempfile.TemporaryDirectory() as tmp:
         peers = build_peers(tmp)
         scale = ops.gofunc.scale
+        nothing = ops.pytest.nothing if "pytest" in dir(ops) else None
         cells = {
             "dlbridge.ops.gofunc.scale(out, x, 2.0)": lambda: scale(out, x, 2.0),
             "numpy.multiply(x, 2.0, out=out)": lambda: numpy.multiply(x, 2.0, out=out),
         }
+        if nothing is not None:
+            cells["dlbridge.ops.pytest.nothing() (no argument)"] = nothing
         if "pybind11" in peers:
             pb = peers["pybind11"]
             cells["pybind11 scale(out, x, 2.0)"] = lambda: pb(out, x, 2.0)
@@ -186,24 +189,49 @@ def gpu():
 
 
 def threads_scaling(torch):
-    """Calls per second of axpy from 1 and from 8 threads, each on its own
-    stream and tensors."""
+    """Calls per second from 1 and from 8 threads, each with its own
+    tensors and stream: gofunc.axpy (a kernel launch), gofunc.noop (no
+    driver call) on torch CUDA tensors, and pytest.slow (a host body of a
+    few microseconds, where only the GIL could stand in the way)."""
     ops = dlbridge.ops
-    calls = 4000
 
-    def run(nthreads):
-        tensors = [(torch.zeros(1024, device="cuda"), torch.ones(1024, device="cuda"), torch.cuda.Stream())
-                   for _ in range(nthreads)]
+    def axpy_case():
+        y, x, s = torch.zeros(1024, device="cuda"), torch.ones(1024, device="cuda"), torch.cuda.Stream()
+        f = ops.gofunc.axpy
+        return s, lambda: f(y, x, 1.0)
+
+    def noop_case():
+        y, x, s = torch.zeros(1024, device="cuda"), torch.ones(1024, device="cuda"), torch.cuda.Stream()
+        f = ops.gofunc.noop
+        return s, lambda: f(x, y)
+
+    def fill10_case():
+        x, s = torch.zeros(1024, device="cuda"), torch.cuda.Stream()
+        f = ops.pytest.fill_times
+        return s, lambda: f(x, 1.0, 10)
+
+    def slow_case():
+        x = numpy.zeros(64, numpy.float32)
+        f = ops.pytest.slow
+        return None, lambda: f(x, 1.0, 2000)
+
+    def run(case, nthreads, calls):
+        work = [case() for _ in range(nthreads)]
         torch.cuda.synchronize()
         start = threading.Barrier(nthreads + 1)
 
-        def worker(y, x, s):
-            with torch.cuda.stream(s):
+        def worker(s, fn):
+            if s is not None:
+                with torch.cuda.stream(s):
+                    start.wait()
+                    for _ in range(calls):
+                        fn()
+            else:
                 start.wait()
                 for _ in range(calls):
-                    ops.gofunc.axpy(y, x, 1.0)
+                    fn()
 
-        ts = [threading.Thread(target=worker, args=t) for t in tensors]
+        ts = [threading.Thread(target=worker, args=w) for w in work]
         for t in ts:
             t.start()
         start.wait()
@@ -211,16 +239,17 @@ def threads_scaling(torch):
         for t in ts:
             t.join()
         torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        for y, x, s in tensors:
-            assert float(y[0]) == calls, float(y[0])
-        return nthreads * calls / dt
+        return nthreads * calls / (time.perf_counter() - t0)
 
-    one = max(run(1) for _ in range(3))
-    eight = max(run(8) for _ in range(3))
-    print("== threads: gofunc.axpy on torch CUDA tensors, each thread its own stream")
-    print("  1 thread  %10.0f calls/s" % one)
-    print("  8 threads %10.0f calls/s   %.2fx one thread" % (eight, eight / one))
+    print("== threads: calls per second, each thread its own tensors and stream")
+    cases = [("gofunc.axpy (one kernel launch)", axpy_case), ("gofunc.noop (no driver call)", noop_case)]
+    if "pytest" in dir(ops):
+        cases.append(("pytest.fill_times(x, 1.0, 10) (10 launches)", fill10_case))
+        cases.append(("pytest.slow (a host body, no GPU)", slow_case))
+    for name, case in cases:
+        one = max(run(case, 1, 3000) for _ in range(3))
+        eight = max(run(case, 8, 3000) for _ in range(3))
+        print("  %-36s 1 thread %9.0f   8 threads %9.0f   %.2fx" % (name, one, eight, eight / one))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The chain matrix (issue 8): does a consumer read what the producer wrote
+"""The chain matrix: does a consumer read what the producer wrote
 when the tensor passes through dlbridge on the way?
 
 Every producer is slow: its final write is queued on a non-blocking side
@@ -519,7 +519,7 @@ dlbridge, or this very pair fails directly; not counted); ERR (an exception, lis
 
 
 def main():
-    ap = argparse.ArgumentParser(description="the chain matrix of issue 8")
+    ap = argparse.ArgumentParser(description="the chain matrix: producer -> dlbridge -> consumer on other streams")
     ap.add_argument("--tries", type=int, default=1)
     ap.add_argument("--child", metavar="CONTROL_JSON", help="(internal) the ctypes-path run, with the direct table")
     args = ap.parse_args()

@@ -1,6 +1,6 @@
 """Where a small transfer's time goes: dlbridge's copy_ against the same
 driver calls made directly (ctypes) and against torch, at 4 KiB, each
-variant best of 5 batches of 2000 calls. A diagnostic for issue 9's small
+variant best of 5 batches of 2000 calls. A diagnostic for the small
 sizes; bench_transfer.py is the benchmark."""
 import ctypes
 import os

@@ -31,6 +31,7 @@ from . import _lib
 
 # Parameter and result kinds, as _core's make_function numbers them.
 _KINDS = {"tensor": 1, "bool": 2, "int": 3, "uint": 4, "float": 5, "str": 6}
+_WRITABLE = 0x100  # or'ed into a writable tensor's kind (_core's P_WRITABLE)
 _PY_TYPES = {"tensor": "Tensor", "bool": "bool", "int": "int", "uint": "int", "float": "float", "str": "str"}
 
 # dlb_arg kinds (capi.h).
@@ -281,8 +282,9 @@ class GoFunction:
         res = (_Result * max(nr, 1))()
         infos = (_lib.Info * max(nr, 1))()
         rc = _call(self._index, n, cargs, h, dev, nr, res, infos)
-        from ._tensor import _note_write_in_flight
-        _note_write_in_flight()
+        if any(p.get("writable") for p in self._params):
+            from ._tensor import _note_write_in_flight
+            _note_write_in_flight()  # a written tensor's pending stream changed
         out = []
         for r in range(nr):
             x = res[r]
@@ -351,6 +353,20 @@ def _scalar_arg(name, p, v, a, keep):
     raise TypeError("%s: argument %s: want %s, got %s" % (name, p["name"], want, type(v).__name__))
 
 
+def _as_function(g):
+    """g as a plain Python function, which help() and inspect show with its
+    signature and doc as they show the extension's builtin functions."""
+
+    def call(*args, **kwargs):
+        return g(*args, **kwargs)
+
+    call.__name__, call.__qualname__, call.__module__ = g.__name__, g.__qualname__, g.__module__
+    call.__doc__ = g.__doc__
+    call.__signature__ = _signature(g._d)
+    call.__wrapped__ = g
+    return call
+
+
 def _signature(d):
     import inspect
     P = inspect.Parameter
@@ -368,12 +384,12 @@ def _signature(d):
 def _make(d):
     core = _lib.core
     if core is None:
-        return GoFunction(d)
+        return _as_function(GoFunction(d))
     m = core["module"]
     pyname = d["name"].rpartition(".")[2]
     doc = pyname + _signature_text(d) + "\n--\n\n" + _doc(d)
     names = tuple(p["name"] for p in d["params"])
-    kinds = tuple(_KINDS[p["kind"]] for p in d["params"])
+    kinds = tuple(_KINDS[p["kind"]] | (_WRITABLE if p.get("writable") else 0) for p in d["params"])
     required = tuple(not p["has_default"] for p in d["params"])
     results = tuple(_KINDS[r["kind"]] for r in d["results"])
     return m.make_function(d["index"], d["name"], pyname, doc, names, kinds, required, results)

@@ -1574,6 +1574,7 @@ static dlb_exchange_api producer_api = {
 #define GOFN_MAX_RESULTS 16 // pyfunc.maxSlots
 
 enum { P_TENSOR = 1, P_BOOL, P_INT, P_UINT, P_FLOAT, P_STR };
+#define P_WRITABLE 0x100 // or'ed into a tensor's kind by dlbridge._ops
 
 typedef struct {
 	int32_t index;
@@ -1582,6 +1583,7 @@ typedef struct {
 	PyObject *name;               // "mylib.scale"
 	PyObject *names[GOFN_MAX_PARAMS]; // interned
 	int32_t kinds[GOFN_MAX_PARAMS];
+	int32_t writable[GOFN_MAX_PARAMS]; // a tensor the function writes
 	int32_t required[GOFN_MAX_PARAMS];
 } gofn;
 
@@ -1646,7 +1648,15 @@ static int call_stream_of_kind(PyObject *kind, int32_t dev, int64_t *out) {
 // tensor_arg fills a for obj, recording in k what to give back. *stream is
 // set to the caller's stream when the argument is the first CUDA tensor
 // whose producer names one and the caller named none.
-static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int64_t *stream, int *stream_known) {
+// The current stream a producer named for a device, asked once a call.
+typedef struct {
+	PyObject *kind; // the producer's kind (a reference go_call drops), NULL if none yet
+	int32_t dev;
+	int64_t stream;
+} stream_cache;
+
+static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int64_t *stream, int *stream_known,
+		      stream_cache *cache) {
 	k->obj = obj;
 	if (is_ctensor(obj)) {
 		CTensor *t = (CTensor *)obj;
@@ -1712,9 +1722,18 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 				a->strides = dl.strides;
 				k->ex_kind = kind;
 				if (dl.device.device_type == DLB_CUDA) {
+					// Its writes are queued on the producer's current stream:
+					// asked once a call per producer and device.
 					int64_t s = 0;
-					if (call_stream_of_kind(kind, dl.device.device_id, &s) < 0) goto fail;
-					a->stream = s; // its writes are queued on the producer's current stream
+					if (cache->kind == kind && cache->dev == dl.device.device_id) {
+						s = cache->stream;
+					} else {
+						if (call_stream_of_kind(kind, dl.device.device_id, &s) < 0) goto fail;
+						Py_INCREF(kind);
+						Py_XDECREF(cache->kind);
+						cache->kind = kind, cache->dev = dl.device.device_id, cache->stream = s;
+					}
+					a->stream = s;
 					if (!*stream_known && s) *stream = s, *stream_known = 1;
 				}
 				Py_DECREF(kind);
@@ -1932,12 +1951,13 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 		Py_DECREF(r);
 		stream = h, stream_dev = (int32_t)d, stream_known = 1;
 	}
+	stream_cache scache = {NULL, -1, 0};
 	int done = 0;
 	for (; done < np; done++) {
 		int i = done;
 		if (!slot[i]) continue;
 		if (g->kinds[i] == P_TENSOR) {
-			if (tensor_arg(g, i, slot[i], &a[i], &k[i], &stream, &stream_known) < 0) {
+			if (tensor_arg(g, i, slot[i], &a[i], &k[i], &stream, &stream_known, &scache) < 0) {
 				done++;
 				goto out;
 			}
@@ -1968,7 +1988,13 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 		PyMem_Free(infos);
 		goto out;
 	}
-	note_write_in_flight(); // a written argument's pending stream changed: tensors ask Go again
+	// A dlbridge tensor the function writes now has a write pending on the
+	// call's stream: tensors of its memory ask Go again before an export.
+	for (int i = 0; i < np; i++)
+		if (a[i].kind == DLB_ARG_HANDLE && g->writable[i]) {
+			note_write_in_flight();
+			break;
+		}
 	if (nr == 0) {
 		result = Py_None;
 		Py_INCREF(result);
@@ -2011,6 +2037,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 out:
 	for (int i = 0; i < done; i++)
 		if (g->kinds[i] == P_TENSOR && slot[i]) give_back(&k[i], &a[i]);
+	Py_XDECREF(scache.kind);
 	return result;
 }
 
@@ -2047,7 +2074,9 @@ static PyObject *m_make_function(PyObject *mod, PyObject *const *args, Py_ssize_
 		Py_INCREF(n);
 		PyUnicode_InternInPlace(&n);
 		g->names[i] = n;
-		g->kinds[i] = (int32_t)PyLong_AsLong(PyTuple_GetItem(kinds, i));
+		long kind = PyLong_AsLong(PyTuple_GetItem(kinds, i));
+		g->kinds[i] = (int32_t)(kind & 0xff);
+		g->writable[i] = (kind & P_WRITABLE) != 0;
 		g->required[i] = PyObject_IsTrue(PyTuple_GetItem(req, i));
 	}
 	for (Py_ssize_t r = 0; r < nr; r++)

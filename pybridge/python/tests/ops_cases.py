@@ -487,3 +487,43 @@ def test_cupy_arrays_and_current_stream():
     assert type(r) is cupy.ndarray
     s.synchronize()
     assert y.get().tolist() == [7.0] * 16 and r.get().tolist() == [1.5] * 16
+
+
+@pytest.mark.gpu
+def test_torch_cuda_graph_capture_survives_a_call():
+    torch = _torch_cuda()
+    x = torch.full((4096,), 2.0, device="cuda")
+    y = torch.zeros(4096, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up: the module loads outside the capture
+        ops.gofunc.axpy(y, x, 1.0)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    y.zero_()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ops.gofunc.axpy(y, x, 3.0)  # captured: no host synchronisation, no foreign waits
+    torch.cuda.synchronize()
+    assert float(y.sum()) == 0.0  # captured, not run
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert y.tolist() == [18.0] * 4096
+
+
+@pytest.mark.gpu
+def test_jax_and_numba_arrays_are_arguments():
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(6.0, dtype=jnp.float32)
+    assert ops.pytest.count(x) == 6
+    a, b = ops.pytest.pair(3, result_type="jax")
+    assert type(a).__module__.startswith("jax") and a.tolist() == [0.0, 1.0, 2.0]
+    numba_cuda = pytest.importorskip("numba.cuda")
+    if not numba_cuda.is_available():
+        pytest.skip("numba sees no CUDA device")
+    d = numba_cuda.to_device(np.full(8, 2, np.float32))   # the CUDA Array Interface
+    y = numba_cuda.to_device(np.ones(8, np.float32))
+    ops.gofunc.axpy(y, d, 3.0)
+    numba_cuda.synchronize()
+    assert y.copy_to_host().tolist() == [7.0] * 8

@@ -1,4 +1,4 @@
-"""Hostile integers and objects at the Python border (issue 11), one table per
+"""Hostile integers and objects at the Python border, one table per
 entry point. Each bad row was accepted as a different, valid-looking tensor,
 leaked a reference or was reported misleadingly before the conversion layer
 (dlbridge/_convert.py); each good row guards against refusing too much. The

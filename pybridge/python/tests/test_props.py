@@ -1,4 +1,4 @@
-"""Property tests at the Python border (issue 11), with Hypothesis.
+"""Property tests at the Python border, with Hypothesis.
 
 Every draw is an input a producer or a caller could hand us, valid or not:
 interface dicts, DLPack capsules built through ctypes, shapes, dims, index
