@@ -9,7 +9,7 @@ WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
 
-.PHONY: all lib ext wheel venv gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel dist venv typecheck pytest-pythons gotest-aarch64 pytest-aarch64 gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 
 all: lib
 
@@ -23,18 +23,58 @@ lib:
 ext:
 	cd pybridge/python && GO=$(GO) $(PY) setup.py -q build_ext --inplace
 
-# The wheel users install (platform-tagged, abi3 on CPython 3.11+), built
-# offline with Debian's setuptools: build/wheel/dlbridge-*.whl.
+# The wheel users install (cp310-abi3 on CPython 3.10+ with the GIL; tagged
+# manylinux_2_X as its binaries' glibc needs decide), built offline with
+# Debian's setuptools from the checkout: build/wheel/dlbridge-*.whl.
 wheel:
 	rm -rf $(WHEELDIR)
 	GO=$(GO) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w $(WHEELDIR) ./pybridge/python
 
-# A fresh virtual environment with the wheel installed, as a user has it
-# (Debian's numpy, torch and pytest visible through the system site-packages).
-venv: wheel
+# The release files: the sdist (Go modules vendored) and a wheel for each of
+# DIST_ARCHES (aarch64 cross-built with Debian's gcc-aarch64-linux-gnu) built
+# from it offline, twice, byte-identical; checked by scripts/check-dist.py
+# (tags against the binaries' glibc needs, LICENSE, py.typed, stubs).
+DIST_ARCHES ?= x86_64 aarch64
+HOST_WHEEL = dist/dlbridge-*_$(shell uname -m).whl
+dist:
+	GO=$(GO) PY=$(PY) DIST_ARCHES="$(DIST_ARCHES)" bash scripts/dist.sh
+
+# A fresh virtual environment with the release wheel installed, as a user
+# has it (Debian's numpy, torch and pytest visible through the system
+# site-packages).
+venv: dist
 	rm -rf $(VENV)
 	$(PY) -m venv --system-site-packages $(VENV)
-	$(VENV)/bin/python -m pip install -q --no-index --no-deps $(WHEELDIR)/dlbridge-*.whl
+	$(VENV)/bin/python -m pip install -q --no-index --no-deps $(HOST_WHEEL)
+
+# Types: mypy --strict on the package (its stubs, pyproject's [tool.mypy]),
+# stubtest of the stubs against the installed package, and a user's script
+# checked for its revealed types and for the errors mypy must report.
+typecheck: venv
+	cd pybridge/python && $(PY) -m mypy --no-incremental -p dlbridge
+	cd /tmp && $(CURDIR)/$(VENV)/bin/python -m mypy.stubtest --mypy-config-file $(CURDIR)/pybridge/python/pyproject.toml \
+	  --allowlist $(CURDIR)/pybridge/python/tests/typing/stubtest-allowlist.txt dlbridge
+	$(PY) pybridge/python/tests/typing/check.py --python-executable $(CURDIR)/$(VENV)/bin/python
+
+# Every CPython from 3.10 up that the machine image carries (pyenv): the
+# release wheel installed in a fresh venv of each, import and the suite's
+# NumPy-free part (scripts/pytest-pythons.sh). PYTHONS overrides the list.
+PYENV_ROOT ?= /root/.pyenv
+PYTHONS ?= $(shell ls -d $(PYENV_ROOT)/versions/3.* 2>/dev/null | grep -Ev '/3\.[0-9]([.]|$$)' | sed 's|$$|/bin/python|')
+pytest-pythons: dist
+	bash scripts/pytest-pythons.sh $(HOST_WHEEL) $(PYTHONS)
+
+# aarch64 under qemu-user (Debian's qemu-user-static, no binfmt_misc needed):
+# the Go tests for GOARCH=arm64 without and with cgo (scripts/qemu-exec.sh
+# runs the test binaries), and the aarch64 wheel in a venv of Debian's arm64
+# CPython (scripts/arm64-root.sh) with the suite of pytest-pythons.
+QEMU_EXEC := $(CURDIR)/scripts/qemu-exec.sh
+gotest-aarch64:
+	GOARCH=arm64 CGO_ENABLED=0 CC=aarch64-linux-gnu-gcc $(GO) test -count=1 -exec $(QEMU_EXEC) $(CORE)
+	GOARCH=arm64 CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc $(GO) test -count=1 -exec $(QEMU_EXEC) ./...
+
+pytest-aarch64: dist
+	CC=aarch64-linux-gnu-gcc bash scripts/pytest-pythons.sh dist/dlbridge-*_aarch64.whl build/arm64/python3
 
 fmt:
 	@out="$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))"; \
@@ -165,7 +205,7 @@ fuzz-long-go:
 check-tracked:
 	bash scripts/check-tracked.sh
 
-test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda gofunc-wheel-test fuzz
+test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda gofunc-wheel-test typecheck pytest-pythons gotest-aarch64 pytest-aarch64 fuzz
 
 # A Go user's module outside this repository builds against it with
 # CGO_ENABLED=0 and runs the README's example.
@@ -186,5 +226,5 @@ gpu:
 	bash scripts/build-gpu.sh
 
 clean:
-	rm -rf $(BUILD) pybridge/python/build pybridge/python/dlbridge.egg-info pybridge/python/dlbridge/*.so
+	rm -rf $(BUILD) dist pybridge/python/build pybridge/python/dlbridge.egg-info pybridge/python/dlbridge/*.so
 	rm -rf examples/gofunc/python/build examples/gofunc/python/gofunc.egg-info

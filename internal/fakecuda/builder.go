@@ -60,13 +60,20 @@ func buildLib() (string, error) {
 	h.Write(code)
 	// The flags are part of the key: a change of flags must not reuse an
 	// old build.
-	fmt.Fprintf(h, "\x00%s\x00%s", strings.Join(Flags, " "), strings.Join(libs, " "))
+	// So is the compiler: $CC (a cross compiler when the tests run under
+	// emulation, e.g. CC=aarch64-linux-gnu-gcc with qemu-user) builds the
+	// driver for the test's own architecture; gcc otherwise.
+	cc := "gcc"
+	if f := strings.Fields(os.Getenv("CC")); len(f) > 0 {
+		cc = f[0]
+	}
+	fmt.Fprintf(h, "\x00%s\x00%s\x00%s", strings.Join(Flags, " "), strings.Join(libs, " "), cc)
 	dir := filepath.Join(os.TempDir(), "dlbridge-fakecuda-"+hex.EncodeToString(h.Sum(nil)[:8]))
 	lib := filepath.Join(dir, "libcuda.so.1")
 	if _, err := os.Stat(lib); err == nil {
 		return lib, nil
 	}
-	gcc, err := exec.LookPath("gcc")
+	gcc, err := exec.LookPath(cc)
 	if err != nil {
 		return "", fmt.Errorf("%w (%v)", ErrNoCompiler, err)
 	}

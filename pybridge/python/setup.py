@@ -17,6 +17,7 @@ The wheel runs without Go. GO and CC choose the toolchains.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,12 +27,18 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.sdist import sdist
 
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70: the wheel package's
+    from wheel.bdist_wheel import bdist_wheel
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = "module github.com/dlbridge/dlbridge"
-# Stable ABI from 3.11 (the buffer-protocol slots joined it then), where no
+# Stable ABI from 3.10 (Ubuntu 22.04's Python; src/_core.c says how the
+# buffer protocol, limited API only from 3.11, is declared there), where no
 # free-threaded interpreter is in use (abi3 does not cover those).
-ABI3 = sys.version_info >= (3, 11) and not sysconfig.get_config_var("Py_GIL_DISABLED")
-ABI3_TAG, ABI3_HEX = "cp311", "0x030B0000"
+ABI3 = sys.version_info >= (3, 10) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+ABI3_TAG, ABI3_HEX = "cp310", "0x030A0000"
 
 
 class BuildError(Exception):
@@ -131,9 +138,17 @@ class BuildExt(build_ext):
         find_cc("libdlbridge.so (cgo)")
         out = os.path.abspath(self.get_ext_fullpath(ext.name))
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        cmd = [go, "build", "-buildmode=c-shared", "-ldflags=-s -w", "-o", out, ext.main_package]
-        print(" ".join(cmd), "(in %s)" % root, flush=True)
+        # Reproducible: no build paths (-trimpath), no Go build ID, no symbol
+        # table or DWARF; the module's vendor/ directory where an sdist has it.
+        cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false",
+               "-ldflags=-s -w -buildid=", "-o", out, ext.main_package]
+        if os.path.isdir(os.path.join(root, "vendor")):
+            cmd[2:2] = ["-mod=vendor"]
         env = dict(os.environ, CGO_ENABLED="1")
+        floor = self.glibc_floor()
+        if floor:
+            env["CGO_LDFLAGS"] = " ".join(floor + [env.get("CGO_LDFLAGS", "")]).strip()
+        print(" ".join(cmd), "(in %s)" % root, "CGO_LDFLAGS=%r" % env.get("CGO_LDFLAGS", ""), flush=True)
         try:
             subprocess.run(cmd, cwd=root, env=env, check=True)
         except (OSError, subprocess.CalledProcessError) as e:
@@ -143,9 +158,39 @@ class BuildExt(build_ext):
             os.remove(header)
 
 
+    def glibc_floor(self):
+        """Linker flags that bind glibc symbols at the versions of glibc
+        DLBRIDGE_GLIBC_FLOOR (default 2.17; empty: this machine's), through
+        stub libraries written by glibc_floor.py; [] where that cannot be
+        done (not glibc, no objdump): the wheel tag then says what the
+        library needs."""
+        want = os.environ.get("DLBRIDGE_GLIBC_FLOOR", "2.17")
+        if not want or not sys.platform.startswith("linux"):
+            return []
+        try:
+            if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+                return []
+        except (ValueError, OSError):
+            return []
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_dlbridge_glibc_floor", os.path.join(HERE, "glibc_floor.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        cc = (os.environ.get("CC") or find_cc("libdlbridge.so (cgo)")).split()[0]
+        try:
+            return mod.write_stubs(os.path.join(os.path.abspath(self.build_temp), "glibc-stubs"),
+                                   tuple(int(x) for x in want.split(".")), cc)
+        except (mod.FloorError, OSError, subprocess.CalledProcessError) as e:
+            print("dlbridge: note: libdlbridge.so is linked against this machine's glibc versions, not "
+                  "%s's: %s" % (want, e), flush=True)
+            return []
+
+
 class Sdist(sdist):
-    """An sdist that carries the Go module (under _gosrc/), so that a wheel
-    can be built from it alone."""
+    """An sdist that carries the Go module (under _gosrc/) with the modules
+    it needs (_gosrc/vendor, `go mod vendor`), so that a wheel builds from
+    it alone, with no network (GOPROXY=off)."""
 
     def make_release_tree(self, base_dir, files):
         super().make_release_tree(base_dir, files)
@@ -165,6 +210,71 @@ class Sdist(sdist):
                 continue
             os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
             shutil.copy2(os.path.join(root, rel), os.path.join(dest, rel))
+        if os.path.isdir(os.path.join(root, "vendor")):  # an sdist of an sdist: copied above
+            return
+        try:
+            subprocess.run([find_go(), "mod", "vendor", "-o", os.path.abspath(os.path.join(dest, "vendor"))],
+                           cwd=root, check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            sys.exit("dlbridge: `go mod vendor` for the sdist failed: %s" % e)
+        except BuildError as e:
+            sys.exit(str(e))
+
+
+# What a manylinux wheel may link besides glibc's versioned symbols (PEP 600
+# and the manylinux2014 policy of auditwheel): the libraries of glibc itself.
+MANYLINUX_LIBS = {"libc.so.6", "libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1",
+                  "libgcc_s.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
+
+
+def _loaderr():
+    """dlbridge/_loaderr.py (its ELF reader) loaded by path: the package
+    itself is not importable at build time."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_dlbridge_loaderr", os.path.join(HERE, "dlbridge", "_loaderr.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def earned_platform_tag(root, plat):
+    """The platform tag the ELF files under root earn: manylinux_2_X_<arch>
+    where X is the newest glibc version their symbols need (2.17 at least,
+    with its alias manylinux2014), and they link nothing beyond glibc's own
+    libraries; else plat as it was (linux_<arch>). The tag is what a check
+    of the binaries finds, not a name chosen in advance."""
+    if not plat.startswith("linux_"):
+        return plat
+    arch = plat[len("linux_"):]
+    read_elf = _loaderr().read_elf
+    need = (2, 17)
+    found = False
+    for d, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if not f.endswith(".so"):
+                continue
+            elf = read_elf(os.path.join(d, f))
+            found = True
+            if elf["machine"] != arch or not set(elf["needed"]) <= MANYLINUX_LIBS:
+                return plat
+            if any(not re.fullmatch(r"GLIBC_\d+\.\d+(\.\d+)?|GCC_\d+(\.\d+)*", v)
+                   for vs in elf["versions"].values() for v in vs):  # GLIBC_PRIVATE, ...
+                return plat
+            if elf["glibc"] and elf["glibc"] > need:
+                need = elf["glibc"]
+    if not found:
+        return plat
+    tag = "manylinux_%d_%d_%s" % (need + (arch,))
+    return tag + ".manylinux2014_" + arch if need == (2, 17) else tag
+
+
+class BdistWheel(bdist_wheel):
+    """A wheel tagged manylinux_2_X as its binaries earn (earned_platform_tag)."""
+
+    def get_tag(self):
+        impl, abi, plat = super().get_tag()
+        return impl, abi, earned_platform_tag(self.bdist_dir, plat)
 
 
 def extensions():
@@ -178,7 +288,11 @@ def extensions():
         include_dirs=[os.path.join(root, "pybridge", "capi"), os.path.join(root, "pybridge")],
         depends=[os.path.join(root, "pybridge", "capi", h) for h in ("pyabi.h", "capi.h")]
         + [os.path.join(root, "pybridge", "pyapi.h")],
-        extra_compile_args=["-std=c11"],
+        # A function missing from the limited API must fail the build, not
+        # the import; -ffile-prefix-map and -s (stripped) keep build paths out.
+        extra_compile_args=["-std=c11", "-Werror=implicit-function-declaration",
+                            "-ffile-prefix-map=%s=." % HERE, "-ffile-prefix-map=%s=." % root],
+        extra_link_args=["-s"],
         define_macros=[("Py_LIMITED_API", ABI3_HEX)] if ABI3 else [],
         py_limited_api=ABI3,
     )
@@ -187,6 +301,6 @@ def extensions():
 
 setup(
     ext_modules=extensions(),
-    cmdclass={"build_ext": BuildExt, "sdist": Sdist},
+    cmdclass={"build_ext": BuildExt, "sdist": Sdist, "bdist_wheel": BdistWheel},
     options={"bdist_wheel": {"py_limited_api": ABI3_TAG}} if ABI3 else {},
 )

@@ -47,6 +47,10 @@ __version__ = "0.1.0"
 
 #: Whether the CPython extension dlbridge._core is in use (else pure ctypes).
 fast_path = _lib.core is not None
+#: Which path is in use and why: "extension: dlbridge._core (FILE)", or
+#: "ctypes: " and the reason (DLBRIDGE_NO_FASTPATH, not built, or why the
+#: extension failed to load; that last case also warns at import).
+fast_path_reason = _lib.core_status
 
 
 def __getattr__(name):
@@ -124,6 +128,8 @@ __all__ = [
     "cuda_device_count",
     "debug_stats",
     "empty",
+    "fast_path",
+    "fast_path_reason",
     "from_dlpack",
     "from_pointer",
     "set_pinned_pool_limit",

@@ -127,7 +127,9 @@ def _open():
         try:
             return ctypes.CDLL(path), path
         except OSError as e:
-            tried.append("%s (%s)" % (path, e))
+            from ._loaderr import explain
+
+            tried.append(explain(path, e))
     raise ImportError(
         "dlbridge: cannot load libdlbridge.so; install the package (pip install ./pybridge/python), "
         "build it in the checkout (make ext, or make lib for build/libdlbridge.so), or set "
@@ -230,14 +232,21 @@ def _refuse_second_runtime(path):
 def _load_extension():
     """The CPython extension dlbridge._core as the dict _tensor uses: the C
     base type of Tensor and a few C functions; None where it is not built
-    (a source checkout without `make ext`) or DLBRIDGE_NO_FASTPATH=1 turns it
-    off. Importing it loads no library."""
+    (a source checkout without `make ext`), cannot load (ImportError: see
+    _loaderr), or DLBRIDGE_NO_FASTPATH=1 turns it off, with core_status
+    saying why. Importing it loads no library."""
+    global core_status
     if os.environ.get("DLBRIDGE_NO_FASTPATH"):
+        core_status = "ctypes: DLBRIDGE_NO_FASTPATH is set"
         return None
     try:
         from . import _core
-    except ModuleNotFoundError:
+    except ImportError as e:  # also a missing file: `from . import` raises ImportError
+        from ._loaderr import extension_fallback
+
+        core_status = extension_fallback(e)
         return None
+    core_status = "extension: dlbridge._core (%s)" % os.path.basename(_core.__file__)
     return {
         "module": _core,
         "CTensor": _core.CTensor,

@@ -40,6 +40,43 @@
 
 _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "the buffer protocol shares the int64 shape array");
 
+// The buffer protocol under the 3.10 limited API (the abi3 floor, cp310).
+// Python 3.11 moved Py_buffer, PyObject_GetBuffer, PyBuffer_Release,
+// PyObject_CheckBuffer and the Py_bf_* type slots into the limited API
+// unchanged: the struct's layout has been fixed since 3.3, the functions are
+// exported by every CPython from 3.9 (PyObject_CheckBuffer was a macro
+// before), and PyType_FromSpec takes the slots since 3.9. So the
+// declarations below, copied from 3.11's pybuffer.h, describe 3.10 exactly,
+// and the stable ABI of 3.11 and later keeps them. `make pytest-pythons`
+// runs the buffer-protocol tests on 3.10.
+#if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030B0000
+typedef struct {
+	void *buf;
+	PyObject *obj;
+	Py_ssize_t len;
+	Py_ssize_t itemsize;
+	int readonly;
+	int ndim;
+	char *format;
+	Py_ssize_t *shape;
+	Py_ssize_t *strides;
+	Py_ssize_t *suboffsets;
+	void *internal;
+} Py_buffer;
+PyAPI_FUNC(int) PyObject_GetBuffer(PyObject *obj, Py_buffer *view, int flags);
+PyAPI_FUNC(void) PyBuffer_Release(Py_buffer *view);
+PyAPI_FUNC(int) PyObject_CheckBuffer(PyObject *obj);
+#define PyBUF_WRITABLE 0x0001
+#define PyBUF_FORMAT 0x0004
+#define PyBUF_ND 0x0008
+#define PyBUF_STRIDES (0x0010 | PyBUF_ND)
+#define PyBUF_RECORDS_RO (PyBUF_STRIDES | PyBUF_FORMAT)
+#ifndef Py_bf_getbuffer
+#define Py_bf_getbuffer 1
+#define Py_bf_releasebuffer 2
+#endif
+#endif
+
 #define DLB_CPU 1
 #define DLB_CUDA 2
 #define DLB_CUDA_HOST 3
@@ -1086,9 +1123,9 @@ static PyTypeObject *ndarray_type;
 static int is_ndarray(PyObject *o) {
 	PyTypeObject *tp = Py_TYPE(o);
 	if (ndarray_type) return tp == ndarray_type;
-	PyObject *name = PyType_GetName(tp);
+	PyObject *name = PyObject_GetAttrString((PyObject *)tp, "__name__"); // PyType_GetName is 3.11+
 	if (!name) return -1;
-	int yes = PyUnicode_CompareWithASCIIString(name, "ndarray") == 0;
+	int yes = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "ndarray") == 0;
 	Py_DECREF(name);
 	if (!yes) return 0;
 	PyObject *mod = PyObject_GetAttrString((PyObject *)tp, "__module__");

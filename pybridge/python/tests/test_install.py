@@ -99,7 +99,7 @@ def test_runs_against_the_installed_wheel():
     assert dlbridge.fast_path is (os.environ.get("DLBRIDGE_NO_FASTPATH") != "1")
     (core,) = [os.path.join(pkg, f) for f in os.listdir(pkg) if f.startswith("_core.") and f.endswith(".so")]
     free_threaded = sysconfig.get_config_var("Py_GIL_DISABLED")
-    if sys.version_info >= (3, 11) and not free_threaded:
+    if sys.version_info >= (3, 10) and not free_threaded:
         assert core.endswith(".abi3.so"), core
     # The check, from /, no environment variable.
     r = subprocess.run([sys.executable, "-c", "import dlbridge; print(dlbridge.fast_path, dlbridge.arange(3).sum())"],
@@ -112,11 +112,23 @@ def test_runs_against_the_installed_wheel():
     wheel = metadata.distribution("dlbridge").read_text("WHEEL")
     assert "Root-Is-Purelib: false" in wheel
     tag = [line.split(": ", 1)[1] for line in wheel.splitlines() if line.startswith("Tag: ")]
-    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    if sys.version_info >= (3, 11) and not free_threaded:
-        assert tag == ["cp311-abi3-" + plat], tag
-    else:
-        assert len(tag) == 1 and tag[0].endswith(plat), tag
+    # The manylinux tag setup.py's check of the binaries gave it: the newest
+    # glibc any of them needs (manylinux2014 too at 2.17).
+    import platform
+    import re
+
+    from dlbridge import _loaderr
+
+    arch = platform.machine()
+    need = max([(2, 17)] + [_loaderr.read_elf(os.path.join(pkg, f))["glibc"] or (2, 17)
+                            for f in os.listdir(pkg) if f.endswith(".so")])
+    plat = "manylinux_%d_%d_%s" % (need + (arch,))
+    if need == (2, 17):
+        plat += ".manylinux2014_" + arch
+    assert tag and all(re.fullmatch(r"cp3\d+-(abi3|cp3\d+t?)-[a-z0-9_]+", t) for t in tag), tag
+    if sys.version_info >= (3, 10) and not free_threaded:
+        assert {t.rsplit("-", 1)[0] for t in tag} == {"cp310-abi3"}, tag
+    assert sorted(t.rsplit("-", 1)[1] for t in tag) == sorted(plat.split(".")), (tag, plat)
 
 
 @pytest.mark.skipif(not os.path.exists(SETUP), reason="needs the package's source (setup.py)")

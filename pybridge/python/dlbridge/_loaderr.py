@@ -1,0 +1,228 @@
+"""Why a native part of dlbridge did not load, said in a user's terms.
+
+dlbridge ships two native files: libdlbridge.so (the Go library, opened with
+ctypes) and the CPython extension dlbridge._core (optional: without it
+dlbridge runs on ctypes alone). The dynamic loader's own message ("version
+`GLIBC_2.34' not found", "wrong ELF class", "undefined symbol") names the
+symptom; the functions here read the file's ELF header and symbol version
+needs and say the cause (the glibc it needs against the one this system has,
+the architecture it was built for, a missing file, a Python too old) and
+what to do about it.
+
+`python -m dlbridge._loaderr FILE...` prints, for each ELF file, its
+architecture and the newest glibc version it needs, as JSON; the wheel
+checks of `make dist` use it.
+"""
+
+import importlib.machinery
+import json
+import os
+import platform
+import re
+import struct
+import sys
+import warnings
+from typing import Dict, List, Optional, Set, Tuple, TypedDict
+
+# ELF e_machine values -> the names of platform.machine() and wheel tags.
+_MACHINES = {3: "i686", 40: "armv7l", 62: "x86_64", 183: "aarch64", 20: "ppc", 21: "ppc64le",
+             22: "s390x", 243: "riscv64"}
+_SHT_GNU_VERNEED = 0x6FFFFFFE
+_SHT_DYNAMIC = 6
+
+_REBUILD = ("build it from source on this machine instead: pip install --no-binary dlbridge dlbridge "
+            "(needs Go 1.25 or later and gcc)")
+
+
+class ElfError(ValueError):
+    """The file is not an ELF shared object this module can read."""
+
+
+class ElfInfo(TypedDict):
+    machine: str
+    bits: int
+    glibc: Optional[Tuple[int, int]]
+    versions: Dict[str, List[str]]
+    needed: List[str]
+
+
+def read_elf(path: str) -> ElfInfo:
+    """A dict describing the ELF file at path: machine (a platform.machine()
+    name), bits (32 or 64), and glibc: the newest GLIBC_x.y version it needs
+    as a tuple, None if it needs none; versions maps each needed library to
+    its sorted version names; needed lists the DT_NEEDED libraries. ElfError
+    if it is not an ELF file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF":
+        raise ElfError("%s is not an ELF file" % path)
+    bits = {1: 32, 2: 64}.get(data[4])
+    end = {1: "<", 2: ">"}.get(data[5])
+    if bits is None or end is None:
+        raise ElfError("%s: unknown ELF class or byte order" % path)
+    (machine,) = struct.unpack_from(end + "H", data, 18)
+    if bits == 64:
+        (shoff,) = struct.unpack_from(end + "Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
+        shfmt = end + "IIQQQQIIQQ"
+    else:
+        (shoff,) = struct.unpack_from(end + "I", data, 0x20)
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x2E)
+        shfmt = end + "IIIIIIIIII"
+    sections = []
+    for i in range(shnum):
+        sections.append(struct.unpack_from(shfmt, data, shoff + i * shentsize))
+    versions: Dict[str, Set[str]] = {}
+    needed: List[str] = []
+    for sec in sections:
+        _, sh_type, _, _, sh_offset, sh_size, sh_link, sh_info = sec[:8]
+        if sh_type not in (_SHT_GNU_VERNEED, _SHT_DYNAMIC):
+            continue
+        strtab = sections[sh_link][4]
+
+        def name(off: int, strtab: int = strtab) -> str:
+            start = strtab + off
+            return data[start:data.index(b"\0", start)].decode("ascii", "replace")
+
+        if sh_type == _SHT_DYNAMIC:
+            dfmt = end + ("qQ" if bits == 64 else "iI")
+            for pos in range(sh_offset, sh_offset + sh_size, struct.calcsize(dfmt)):
+                tag, val = struct.unpack_from(dfmt, data, pos)
+                if tag == 0:  # DT_NULL
+                    break
+                if tag == 1:  # DT_NEEDED
+                    needed.append(name(val))
+            continue
+
+        pos = sh_offset
+        for _ in range(sh_info):
+            _, cnt, file_off, aux, nxt = struct.unpack_from(end + "HHIII", data, pos)
+            names = versions.setdefault(name(file_off), set())
+            apos = pos + aux
+            for _ in range(cnt):
+                _, _, _, vna_name, vna_next = struct.unpack_from(end + "IHHII", data, apos)
+                names.add(name(vna_name))
+                apos += vna_next
+            pos += nxt
+            if not nxt:
+                break
+    glibc = None
+    for names in versions.values():
+        for n in names:
+            m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", n)
+            if m:
+                v = (int(m.group(1)), int(m.group(2)))
+                glibc = v if glibc is None or v > glibc else glibc
+    return {"machine": _MACHINES.get(machine, "e_machine %d" % machine), "bits": bits,
+            "glibc": glibc, "versions": {k: sorted(v) for k, v in sorted(versions.items())},
+            "needed": needed}
+
+
+def host_machine() -> str:
+    """This machine's architecture under the name wheel tags use."""
+    m = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m.lower(), m)
+
+
+def host_glibc() -> Optional[Tuple[int, int]]:
+    """The glibc version of this process as a tuple, None where the C
+    library is not glibc (musl: Alpine)."""
+    try:
+        s = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"
+    except (ValueError, OSError, AttributeError):
+        return None
+    m = re.match(r"glibc (\d+)\.(\d+)", s or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _v(t: Tuple[int, int]) -> str:
+    return "%d.%d" % t
+
+
+def explain(path: str, err: Optional[BaseException] = None) -> str:
+    """One paragraph: why the native file at path does not load here and
+    what to do; err is the loader's exception, quoted at the end."""
+    raw = " (the loader said: %s)" % err if err else ""
+    if not os.path.exists(path):
+        return ("%s is missing: this copy of dlbridge is incomplete. Reinstall it (pip install "
+                "--force-reinstall dlbridge), or in a source checkout build it (make lib, or make ext)%s"
+                % (path, raw))
+    try:
+        elf = read_elf(path)
+    except (OSError, ElfError, struct.error, IndexError, ValueError) as e:
+        return ("%s is not a shared library this system can load (%s): the file is damaged or "
+                "was replaced; reinstall dlbridge (pip install --force-reinstall dlbridge)%s"
+                % (path, e, raw))
+    host = host_machine()
+    if elf["machine"] != host or elf["bits"] != (64 if sys.maxsize > 2**32 else 32):
+        return ("%s was built for %s (%d-bit), but this Python runs on %s (%d-bit): install the "
+                "dlbridge wheel for linux_%s (pip picks it on this machine when one exists), or %s%s"
+                % (path, elf["machine"], elf["bits"], host, 64 if sys.maxsize > 2**32 else 32,
+                   host, _REBUILD, raw))
+    found = host_glibc()
+    need = elf["glibc"]
+    if need and found is None:
+        return ("%s needs the GNU C library (glibc %s or newer), but this system's C library is "
+                "another one (musl, as on Alpine Linux): %s%s" % (path, _v(need), _REBUILD, raw))
+    if need and found and need > found:
+        return ("%s needs glibc %s or newer, but this system has glibc %s: install a dlbridge "
+                "wheel tagged manylinux_2_17 (pip install --force-reinstall dlbridge picks the "
+                "newest one this system can run), or %s%s"
+                % (path, _v(need), _v(found), _REBUILD, raw))
+    text = str(err or "")
+    m = re.search(r"undefined symbol: (_?Py\w+)", text)
+    if m:
+        return ("%s was built for a newer Python than this one (%s): it needs %s. Install dlbridge "
+                "for this Python (pip install --force-reinstall dlbridge), or %s%s"
+                % (path, platform.python_version(), m.group(1), _REBUILD, raw))
+    if "cannot open shared object file" in text:
+        lib = text.split(":", 1)[0].strip()
+        return ("%s needs %s, which this system does not have: install the package that provides "
+                "it, or %s%s" % (path, lib, _REBUILD, raw))
+    return ("%s could not be loaded: reinstall dlbridge (pip install --force-reinstall dlbridge), "
+            "or %s%s" % (path, _REBUILD, raw))
+
+
+def extension_fallback(err: ImportError) -> str:
+    """Why dlbridge runs on the ctypes path when importing dlbridge._core
+    raised err (an ImportError): a sentence for dlbridge.fast_path_reason.
+    An extension that is there but fails to load is also a RuntimeWarning
+    (a broken install runs slower, it should not do so silently); one that
+    was never built (a checkout built with `make lib` only) is not."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        names = sorted(f for f in os.listdir(here) if f.startswith("_core.") and f.endswith(".so"))
+    except OSError:
+        names = []
+    usable = [f for f in names if any(f == "_core" + s for s in importlib.machinery.EXTENSION_SUFFIXES)]
+    if not names:
+        return ("ctypes: the extension dlbridge._core is not built (a source checkout: `make ext` "
+                "builds it)")
+    if not usable:
+        why = ("ctypes: the extension dlbridge._core in %s (%s) was built for another Python than "
+               "this one (%s): install dlbridge for this Python (pip install --force-reinstall "
+               "dlbridge)" % (here, ", ".join(names), platform.python_version()))
+    else:
+        why = "ctypes: the extension dlbridge._core failed to load: " + explain(
+            os.path.join(here, usable[0]), err)
+    warnings.warn("dlbridge runs without its CPython extension, more slowly. " + why,
+                  RuntimeWarning, stacklevel=4)
+    return why
+
+
+def _main(argv: List[str]) -> int:
+    rc = 0
+    for path in argv:
+        try:
+            elf = read_elf(path)
+        except (OSError, ElfError, struct.error, IndexError) as e:
+            print("%s: %s" % (path, e), file=sys.stderr)
+            rc = 1
+            continue
+        glibc = elf["glibc"]
+        print(json.dumps(dict(elf, path=path, glibc=_v(glibc) if glibc else None), sort_keys=True))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
