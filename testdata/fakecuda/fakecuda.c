@@ -482,15 +482,16 @@ static void drain_event(fevent *e, unsigned long long gen) {
  * and record captured when it was queued, not the event's latest record: an
  * event may be recorded again, elsewhere, before the wait executes. */
 static void drain_record(unsigned long long sid, unsigned long long ev_id, unsigned long long gen) {
-    fstream *s = stream_by_id(sid);
-    if (!s) return;
-    const op *rec = s->head;
-    while (rec && !(rec->type == OP_RECORD && rec->ev_id == ev_id && rec->gen == gen)) rec = rec->next;
-    if (!rec) return;
     for (;;) {
-        int last = s->head == rec; /* step frees the op: compare first */
+        /* Look again each round: a wait on another process (ipc section)
+         * runs with the lock dropped, and another thread may run the
+         * record meanwhile. */
+        fstream *s = stream_by_id(sid);
+        if (!s) return;
+        const op *rec = s->head;
+        while (rec && !(rec->type == OP_RECORD && rec->ev_id == ev_id && rec->gen == gen)) rec = rec->next;
+        if (!rec) return;
         step(s);
-        if (last) return;
     }
 }
 
