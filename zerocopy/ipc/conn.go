@@ -24,10 +24,15 @@ import (
 //	msgRelease lease (8), has-event (1), the "done" event's handle (64):
 //	           the importer is done with the lease once that event's record
 //	           completes on its device.
+//	msgClaim   token (8): asks a Server for the tensor it offered under
+//	           token; answered by a msgTensor with Tag = token, or
+//	msgRefuse  token (8), a message.
 const (
 	msgPool    = 1
 	msgTensor  = 2
 	msgRelease = 3
+	msgClaim   = 4
+	msgRefuse  = 5
 )
 
 const maxPacket = 1 << 16
@@ -50,6 +55,9 @@ type Conn struct {
 	imp       *importer
 	closing   bool // Close was called: close the socket when no import is open
 	closed    bool
+
+	claims  map[uint64]chan claimResult // Claim calls waiting for their answer
+	onClaim func(c *Conn, token uint64) // a Server's: answers msgClaim
 
 	queue  []*zerocopy.View // received, not yet taken by Recv
 	ended  bool             // the reader stopped
@@ -103,13 +111,17 @@ func Dial(path string) (*Conn, error) {
 // of a socketpair handed to a child process).
 func NewConn(uc *net.UnixConn) *Conn { return newConn(uc) }
 
-func newConn(uc *net.UnixConn) *Conn {
+func newConn(uc *net.UnixConn) *Conn { return newConnWith(uc, nil) }
+
+func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64)) *Conn {
 	c := &Conn{
+		onClaim:   onClaim,
 		uc:        uc,
 		dev:       -1,
 		sentPools: map[[16]byte]bool{},
 		leases:    map[uint64]*lease{},
 		doneOpen:  map[cuda.IPCEventHandle]*cuda.Event{},
+		claims:    map[uint64]chan claimResult{},
 		exited:    make(chan struct{}),
 	}
 	c.qcond = sync.NewCond(&c.mu)
@@ -139,6 +151,10 @@ func (c *Conn) write(b []byte, fd int) error {
 // never on the host. The memory stays allocated until the peer released
 // the tensor (or went away), whatever the producer does with v.
 func (c *Conn) Send(p *Pool, v *zerocopy.View, s *cuda.Stream) error {
+	return c.send(p, v, s, 0)
+}
+
+func (c *Conn) send(p *Pool, v *zerocopy.View, s *cuda.Stream, tag uint64) error {
 	d, l, err := p.export(v, s)
 	if err != nil {
 		return err
@@ -154,7 +170,7 @@ func (c *Conn) Send(p *Pool, v *zerocopy.View, s *cuda.Stream) error {
 		return fmt.Errorf("ipc: Send: %w", err)
 	}
 	c.nextLease++
-	d.Lease = c.nextLease
+	d.Lease, d.Tag = c.nextLease, tag
 	c.leases[d.Lease] = l
 	needPool := !c.sentPools[p.id]
 	c.sentPools[p.id] = true
@@ -301,6 +317,12 @@ func (c *Conn) handle(m []byte, fds []int) error {
 			return nil
 		}
 		c.mu.Lock()
+		if w := c.claims[d.Tag]; d.Tag != 0 && w != nil {
+			delete(c.claims, d.Tag)
+			c.mu.Unlock()
+			w <- claimResult{v: v}
+			return nil
+		}
 		if c.closing {
 			c.mu.Unlock()
 			v.Close()
@@ -309,6 +331,25 @@ func (c *Conn) handle(m []byte, fds []int) error {
 		c.queue = append(c.queue, v)
 		c.qcond.Broadcast()
 		c.mu.Unlock()
+		return nil
+	case msgClaim:
+		if len(m) != 9 || len(fds) != 0 || c.onClaim == nil {
+			return fmt.Errorf("ipc: unexpected claim message (%d bytes)", len(m))
+		}
+		c.onClaim(c, binary.LittleEndian.Uint64(m[1:]))
+		return nil
+	case msgRefuse:
+		if len(m) < 9 || len(fds) != 0 {
+			return fmt.Errorf("ipc: malformed refusal (%d bytes)", len(m))
+		}
+		token := binary.LittleEndian.Uint64(m[1:])
+		c.mu.Lock()
+		w := c.claims[token]
+		delete(c.claims, token)
+		c.mu.Unlock()
+		if w != nil {
+			w <- claimResult{err: fmt.Errorf("ipc: the peer refused claim %d: %s", token, m[9:])}
+		}
 		return nil
 	case msgRelease:
 		if len(m) != 74 || len(fds) != 0 {
@@ -401,7 +442,12 @@ func (c *Conn) end(err error) {
 	c.mu.Lock()
 	c.ended = true
 	c.qcond.Broadcast()
+	claims := c.claims
+	c.claims = map[uint64]chan claimResult{}
 	c.mu.Unlock()
+	for _, w := range claims {
+		w <- claimResult{err: fmt.Errorf("ipc: claim: connection ended: %w", err)}
+	}
 	c.imp.peerGone()
 }
 
@@ -444,3 +490,52 @@ func (c *Conn) maybeClose() {
 }
 
 func closeFD(fd int) { syscall.Close(fd) }
+
+type claimResult struct {
+	v   *zerocopy.View
+	err error
+}
+
+// Claim asks the peer, a Server, for the tensor it offered under token
+// (Server.Offer) and returns it as Recv would.
+func (c *Conn) Claim(token uint64) (*zerocopy.View, error) {
+	if token == 0 {
+		return nil, fmt.Errorf("ipc: Claim: token 0")
+	}
+	w := make(chan claimResult, 1)
+	c.mu.Lock()
+	if c.ended || c.closing {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("ipc: Claim: %w", ErrClosed)
+	}
+	if c.claims[token] != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("ipc: Claim: token %d is being claimed already", token)
+	}
+	c.claims[token] = w
+	c.mu.Unlock()
+	msg := make([]byte, 9)
+	msg[0] = msgClaim
+	binary.LittleEndian.PutUint64(msg[1:], token)
+	if err := c.write(msg, -1); err != nil {
+		c.mu.Lock()
+		delete(c.claims, token)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("ipc: Claim: %w", err)
+	}
+	r := <-w
+	return r.v, r.err
+}
+
+func (c *Conn) refuse(token uint64, why string) error {
+	msg := make([]byte, 9, 9+len(why))
+	msg[0] = msgRefuse
+	binary.LittleEndian.PutUint64(msg[1:], token)
+	return c.write(append(msg, why...), -1)
+}
+
+func (c *Conn) isEnded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}

@@ -27,6 +27,7 @@ type Descriptor struct {
 	ReadOnly bool
 	Ready    cuda.IPCEventHandle
 	Lease    uint64
+	Tag      uint64 // the Server.Offer token this tensor answers (0: a plain Send)
 }
 
 // ErrBadDescriptor is matched (errors.Is) by the errors of
@@ -36,8 +37,8 @@ var ErrBadDescriptor = errors.New("ipc: malformed tensor descriptor")
 const descVersion = 1
 
 // descFixed: version(1) flags(1) ndim(1) pad(1) dtype(4) pool(16) uuid(16)
-// data(64) size(8) offset(8) ready(64) lease(8).
-const descFixed = 4 + 4 + 16 + 16 + 64 + 8 + 8 + 64 + 8
+// data(64) size(8) offset(8) ready(64) lease(8) tag(8).
+const descFixed = 4 + 4 + 16 + 16 + 64 + 8 + 8 + 64 + 8 + 8
 
 // MarshalBinary encodes d (little endian, versioned).
 func (d *Descriptor) MarshalBinary() ([]byte, error) {
@@ -66,7 +67,8 @@ func (d *Descriptor) MarshalBinary() ([]byte, error) {
 	o += 16
 	o += copy(b[o:], d.Ready[:])
 	binary.LittleEndian.PutUint64(b[o:], d.Lease)
-	o += 8
+	binary.LittleEndian.PutUint64(b[o+8:], d.Tag)
+	o += 16
 	for i := 0; i < n; i++ {
 		binary.LittleEndian.PutUint64(b[o:], uint64(d.Shape[i]))
 		binary.LittleEndian.PutUint64(b[o+8*n:], uint64(d.Strides[i]))
@@ -107,7 +109,8 @@ func (d *Descriptor) UnmarshalBinary(b []byte) error {
 	o += 16
 	o += copy(out.Ready[:], b[o:])
 	out.Lease = binary.LittleEndian.Uint64(b[o:])
-	o += 8
+	out.Tag = binary.LittleEndian.Uint64(b[o+8:])
+	o += 16
 	out.Shape = make([]int64, n)
 	out.Strides = make([]int64, n)
 	for i := 0; i < n; i++ {

@@ -402,10 +402,85 @@ func TestNotIPCMemory(t *testing.T) {
 	}
 }
 
+// TestServerClaims: an offered tensor is claimed by token from another
+// process (twice: each claim a lease of its own); an unknown token is
+// refused; leases and offers end and the pool returns to its baseline.
+func TestServerClaims(t *testing.T) {
+	needCUDA(t)
+	pool, err := ipc.NewPool(0, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	base := usedBytes(t, pool)
+	sock := sockPath(t)
+	srv, err := ipc.Serve(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := pool.Alloc(nil, dlpack.Uint32Type, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, pool.Stream(), v, 77)
+	token, err := srv.Offer(pool, v, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close() // the offer holds it
+	cmd, lines := startChild(t, "claim", sock, "IPC_TEST_TOKEN="+strconv.FormatUint(token, 10))
+	if got := expectLine(t, lines, "claimed"); got != "77 77 refused" {
+		t.Errorf("child: %q, want \"77 77 refused\"", got)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if srv.Offers() != 1 {
+		t.Errorf("%d offers, want 1", srv.Offers())
+	}
+	srv.Withdraw(token)
+	srv.Close()
+	waitFor(t, "the pool's baseline", func() bool {
+		pool.Stream().Synchronize()
+		return pool.Live() == 0 && usedBytes(t, pool) == base
+	})
+	plain, err := zerocopy.FromSlice([]uint32{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Offer(pool, plain, time.Second); !errors.Is(err, ipc.ErrNotIPCMemory) {
+		t.Errorf("Offer of host memory: %v, want ErrNotIPCMemory", err)
+	}
+}
+
 // child plays the other side of a test.
 func child(role, sock string) error {
 	n, _ := strconv.Atoi(os.Getenv("IPC_TEST_N"))
 	switch role {
+	case "claim":
+		token, _ := strconv.ParseUint(os.Getenv("IPC_TEST_TOKEN"), 10, 64)
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for i := 0; i < 2; i++ {
+			v, err := c.Claim(token)
+			if err != nil {
+				return err
+			}
+			x, err := read(v)
+			if err != nil {
+				return err
+			}
+			got = append(got, strconv.Itoa(int(x[999])))
+			v.Close()
+		}
+		if _, err := c.Claim(token + 1); err != nil && strings.Contains(err.Error(), "refused") {
+			got = append(got, "refused")
+		}
+		fmt.Println("claimed", strings.Join(got, " "))
+		return c.Close()
 	case "consume", "hold":
 		c, err := ipc.Dial(sock)
 		if err != nil {
