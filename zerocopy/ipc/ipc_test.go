@@ -423,7 +423,7 @@ func TestServerClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(t, pool.Stream(), v, 77)
-	token, err := srv.Offer(pool, v, time.Minute)
+	token, err := srv.Offer(pool, v, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +448,7 @@ func TestServerClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Offer(pool, plain, time.Second); !errors.Is(err, ipc.ErrNotIPCMemory) {
+	if _, err := srv.Offer(pool, plain, time.Second, 0); !errors.Is(err, ipc.ErrNotIPCMemory) {
 		t.Errorf("Offer of host memory: %v, want ErrNotIPCMemory", err)
 	}
 }

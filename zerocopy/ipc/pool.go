@@ -200,6 +200,21 @@ func (p *Pool) find(lo, hi uintptr) *block {
 	return b
 }
 
+// Owns reports whether v is a view of memory allocated from p (and so can
+// be sent with p).
+func (p *Pool) Owns(v *zerocopy.View) bool {
+	d := v.Device()
+	if d.Type != dlpack.CUDA || int(d.ID) != p.dev {
+		return false
+	}
+	lo, hi := v.ByteSpan()
+	base := v.Ptr()
+	if lo == hi {
+		return p.find(base, base) != nil
+	}
+	return p.find(base+uintptr(lo), base+uintptr(hi)) != nil
+}
+
 // exportFD returns the pool's exported descriptor (made once; the pool
 // keeps it open, and each peer gets a copy through SCM_RIGHTS).
 func (p *Pool) exportFD() (int, error) {

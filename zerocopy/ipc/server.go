@@ -28,6 +28,7 @@ type offer struct {
 	pool    *Pool
 	v       *zerocopy.View // a reference of the offer's own
 	expires time.Time
+	uses    int // claims left (0: any number until it expires)
 }
 
 // Serve listens on path and answers claims until Close.
@@ -68,9 +69,13 @@ func (s *Server) accept() {
 	}
 }
 
-// Offer makes v (memory of pool) claimable for ttl and returns its token.
-// The offer holds a reference on v's memory until it expires.
-func (s *Server) Offer(pool *Pool, v *zerocopy.View, ttl time.Duration) (uint64, error) {
+// Offer makes v (memory of pool) claimable for ttl, uses times (0: any
+// number), and returns its token. The offer holds a reference on v's
+// memory until it expires or its last use was claimed.
+func (s *Server) Offer(pool *Pool, v *zerocopy.View, ttl time.Duration, uses int) (uint64, error) {
+	if uses < 0 {
+		return 0, fmt.Errorf("ipc: Offer: %d uses", uses)
+	}
 	if ttl <= 0 {
 		return 0, fmt.Errorf("ipc: Offer: ttl %v: must be > 0", ttl)
 	}
@@ -100,7 +105,7 @@ func (s *Server) Offer(pool *Pool, v *zerocopy.View, ttl time.Duration) (uint64,
 		return 0, fmt.Errorf("ipc: Offer: %w", ErrClosed)
 	}
 	s.expireLocked(now)
-	s.offers[token] = &offer{pool: pool, v: r, expires: now.Add(ttl)}
+	s.offers[token] = &offer{pool: pool, v: r, expires: now.Add(ttl), uses: uses}
 	return token, nil
 }
 
@@ -139,6 +144,12 @@ func (s *Server) claim(c *Conn, token uint64) {
 	var v *zerocopy.View
 	if o != nil {
 		v, _ = o.v.Retain()
+		if o.uses == 1 {
+			delete(s.offers, token)
+			o.v.Close() // v holds the memory for the claim
+		} else if o.uses > 1 {
+			o.uses--
+		}
 	}
 	s.mu.Unlock()
 	if v == nil {
