@@ -772,7 +772,7 @@ static int exec_op(op *o) {
         return 0;
     case OP_FREE: {
         alloc *a = find_alloc(o->dst);
-        if (a && a->base == o->dst) {
+        if (a && a->base == o->dst && a->free_pending) {
             if (a->async) pool_release(a->dev, a->size);
             del_alloc(a);
         }
@@ -2295,7 +2295,8 @@ EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr, void *h, const void *da
     if (d[2] > p->size || d[3] > p->size - d[2] || d[3] == 0) RETURN(CUDA_ERROR_INVALID_VALUE);
     uintptr_t base = (uintptr_t)(p->base + d[2]);
     alloc *a = find_alloc(base);
-    if (a && a->ipool == p && a->base == base) RETURN(CUDA_ERROR_ALREADY_MAPPED);
+    if (a && a->ipool == p && a->base == base && !a->free_pending) RETURN(CUDA_ERROR_ALREADY_MAPPED);
+    if (a && a->free_pending) del_alloc(a); /* imported again while its stream-ordered free waits: the free then finds nothing */
     a = add_alloc(base, d[3], K_DEVICE, tls_cur);
     a->dev = p->acct.dev;
     a->ipool = p;
