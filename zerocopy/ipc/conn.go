@@ -64,9 +64,9 @@ type Conn struct {
 	lastImport atomic.Int64 // nanoseconds the last tensor message took to become a view
 
 	queue  []claimResult // received, not yet taken by Recv
-	ended  bool             // the reader stopped
-	qcond  *sync.Cond       // on mu: queue or ended changed
-	exited chan struct{}    // closed when the reader stops
+	ended  bool          // the reader stopped
+	qcond  *sync.Cond    // on mu: queue or ended changed
+	exited chan struct{} // closed when the reader stops
 }
 
 // Listener accepts connections on a Unix socket path.
@@ -382,12 +382,20 @@ func (c *Conn) handle(m []byte, fds []int) error {
 func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
 	c.mu.Lock()
 	l := c.leases[lease]
-	delete(c.leases, lease)
 	c.mu.Unlock()
 	if l == nil {
 		return fmt.Errorf("ipc: the peer released lease %d, which it does not hold", lease)
 	}
-	defer l.end()
+	// The lease counts until the allocation's reference is gone (Leases,
+	// Pool.Live and the pool's usage agree once it reads 0).
+	defer func() {
+		c.mu.Lock()
+		if c.leases[lease] == l {
+			delete(c.leases, lease)
+			l.end()
+		}
+		c.mu.Unlock()
+	}()
 	b := l.b
 	if h == nil {
 		return nil
@@ -439,14 +447,13 @@ func (c *Conn) end(err error) {
 		err = fmt.Errorf("ipc: %w", ErrClosed)
 	}
 	c.err = err
-	leases := c.leases
-	c.leases = map[uint64]*lease{}
+	for id, l := range c.leases {
+		delete(c.leases, id)
+		l.end()
+	}
 	opened := c.doneOpen
 	c.doneOpen = map[cuda.IPCEventHandle]*cuda.Event{}
 	c.mu.Unlock()
-	for _, l := range leases {
-		l.end()
-	}
 	for _, e := range opened {
 		e.Destroy()
 	}

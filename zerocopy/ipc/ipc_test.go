@@ -70,6 +70,11 @@ func startChild(t *testing.T, role, sock string, env ...string) (*exec.Cmd, <-ch
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), "IPC_TEST_ROLE="+role, "IPC_TEST_SOCK="+sock), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdins[cmd] = stdin
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +93,10 @@ func startChild(t *testing.T, role, sock string, env ...string) (*exec.Cmd, <-ch
 	}()
 	return cmd, lines
 }
+
+// stdins are the children's standard inputs (closing one tells the child
+// to go on, where a test says so).
+var stdins = map[*exec.Cmd]io.WriteCloser{}
 
 func expectLine(t *testing.T, lines <-chan string, prefix string) string {
 	t.Helper()
@@ -316,6 +325,7 @@ func TestProducerGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdins[cmd].Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("producer: %v", err)
 	}
@@ -556,7 +566,13 @@ func child(role, sock string) error {
 			}
 		}
 		if os.Getenv("IPC_TEST_EXIT") == "1" {
-			return s.Synchronize() // exit with the lease held
+			// Exit with the lease held, once the consumer has the tensor
+			// (it closes our stdin then).
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			io.Copy(io.Discard, os.Stdin)
+			return nil
 		}
 		for peer.Leases() > 0 {
 			if _, err := peer.Recv(); err != nil {
