@@ -169,3 +169,26 @@ func TestIPCEventHandle(t *testing.T) {
 	_, err = c.OpenIPCEvent(bad)
 	wantCode(t, err, ErrInvalidValue)
 }
+
+// TestIPCFabricGPU: on a GPU machine a pool for fabric handles is either
+// made and exported (a multi-node NVLink system with the fabric manager),
+// or refused with a driver error that names the call; either is logged.
+func TestIPCFabricGPU(t *testing.T) {
+	needGPU(t)
+	c := retain(t, 0)
+	p, err := c.NewIPCMemPool(HandleFabric, 1<<20)
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || e.Op != "cuMemPoolCreate" {
+			t.Fatalf("refusal %v is not a driver error of cuMemPoolCreate", err)
+		}
+		t.Logf("fabric handles unavailable here: %v", err)
+		return
+	}
+	defer p.Destroy()
+	if _, err := p.ExportFabric(); err != nil {
+		t.Logf("fabric pool made, export refused: %v", err)
+		return
+	}
+	t.Log("fabric pool made and exported")
+}

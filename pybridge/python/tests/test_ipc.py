@@ -234,3 +234,23 @@ def test_pickle_other_cuda_memory_and_by_value():
         assert numpy.from_dlpack(t.to("cpu")).tolist() == [2.0] * 4
     with pytest.raises(ValueError):
         dlbridge.ipc.set_sharing_strategy("bytes")
+
+
+def test_torch_consumer_slow_producer(producer, tmp_path):
+    """Go producer -> Python consumer -> torch on a stream of its own, with
+    a producer kernel that spins 20 ms before it writes each tensor: every
+    value torch reads is the written one."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA")
+    sock = str(tmp_path / "s")
+    prod = _start([producer, "-sock", sock, "-n", "20", "-elems", str(1 << 20), "-window", "2", "-spin", "20ms"])
+    base = int(_line(prod, "baseline")[0])
+    cons = _consumer("torch", sock, 20)
+    out = cons.stdout.read()
+    assert cons.wait(120) == 0, out
+    assert "ok 20" in out
+    assert int(_line(prod, "sent")[0]) == 20
+    used, live = map(int, _line(prod, "final"))
+    assert prod.wait(60) == 0
+    assert (used, live) == (base, 0)
