@@ -189,7 +189,9 @@ func (c *Context) ImportMemPoolFabric(fh FabricHandle) (*MemPool, error) {
 
 // ExportPointer exports ptr, an allocation of an IPC pool (the pointer the
 // allocation returned, not one inside it), for a process that imported the
-// pool (cuMemPoolExportPointer).
+// pool (cuMemPoolExportPointer). The pool must have been exported first
+// (ExportFD, ExportFabric): the driver refuses pointers of a pool not yet
+// shared with CUDA_ERROR_INVALID_VALUE (seen on the H100 machine).
 func ExportPointer(ptr DevicePtr) (PoolExportData, error) {
 	var out PoolExportData
 	if ptr == 0 {

@@ -80,6 +80,10 @@ func producer(dir, sizesArg string) error {
 	if err != nil {
 		return err
 	}
+	fd, err := raw.ExportFD() // before its pointers: the driver wants the pool shared first
+	if err != nil {
+		return err
+	}
 	s := pool.Stream()
 	ev, err := ctx.NewEvent(cuda.EventInterprocess)
 	if err != nil {
@@ -126,10 +130,6 @@ func producer(dir, sizesArg string) error {
 	}
 	fmt.Println("tokens", strings.Join(tokens, ","))
 	uc, err := ln.AcceptUnix()
-	if err != nil {
-		return err
-	}
-	fd, err := raw.ExportFD()
 	if err != nil {
 		return err
 	}

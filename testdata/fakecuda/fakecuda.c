@@ -2056,7 +2056,8 @@ EXPORT CUresult cuLaunchKernel(void *h, unsigned gx, unsigned gy, unsigned gz, u
  * The file starts with a header page {magic, pool id, device, size};
  * allocations (first fit, 256-byte aligned) follow it. Fabric handles are
  * not supported (CUDA_ERROR_NOT_SUPPORTED), as on a machine without them.
- * Export data of a pointer: {magic, pool id, offset, size}.
+ * Export data of a pointer: {magic, pool id, offset, size}; as on the
+ * real driver, only once the pool's handle was exported.
  *
  * Interprocess events keep {records queued, records executed} in a slot of
  * a per-process shared table (a memfd); a handle names {pid, fd, slot}, and
@@ -2086,6 +2087,7 @@ typedef struct fipcpool {
     int fd;      /* creator: the memfd (-1 for an imported pool) */
     int handles; /* handle types it was created for */
     int imported;
+    int exported; /* its shareable handle was exported: only then its pointers can be */
     unsigned char *base;
     size_t size;
     ipcblock *blocks;
@@ -2238,6 +2240,7 @@ EXPORT CUresult cuMemPoolExportToShareableHandle(void *out, void *h, int type, u
     if (!p || p->imported || type != 1 || !(p->handles & 1)) RETURN(CUDA_ERROR_INVALID_VALUE);
     int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    p->exported = 1;
     *(int *)out = fd;
     RETURN(0);
 }
@@ -2275,6 +2278,9 @@ EXPORT CUresult cuMemPoolExportPointer(void *data, CUdeviceptr ptr) {
     if (!data) RETURN(CUDA_ERROR_INVALID_VALUE);
     alloc *a = find_alloc((uintptr_t)ptr);
     if (!a || !a->ipool || a->ipc_imported || a->base != (uintptr_t)ptr) RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* As the real driver (H100, 580): a pool's pointers export only after
+     * the pool itself was exported. */
+    if (!a->ipool->exported) RETURN(CUDA_ERROR_INVALID_VALUE);
     unsigned long long d[8] = {0};
     memcpy(d, ipc_ptr_magic, 8);
     d[1] = a->ipool->uid;

@@ -404,8 +404,8 @@ func TestNotIPCMemory(t *testing.T) {
 	if err := peer.Send(pool, cp, nil); err != nil {
 		t.Errorf("Send of a CopyIn: %v", err)
 	}
-	if _, err := pool.Alloc(nil, dlpack.Float32Type, 1<<20); err == nil {
-		t.Error("an allocation over the pool's limit succeeded")
+	if _, err := pool.Alloc(nil, dlpack.Float32Type, 1<<20); !errors.Is(err, ipc.ErrPoolFull) {
+		t.Errorf("an allocation over the pool's limit: %v, want ErrPoolFull", err)
 	}
 	if _, err := ipc.NewPool(0, 0); err == nil {
 		t.Error("NewPool with limit 0 succeeded")

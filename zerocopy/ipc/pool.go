@@ -19,6 +19,10 @@ import (
 // (Pool.CopyIn).
 var ErrNotIPCMemory = errors.New("ipc: memory not allocated from this IPC pool")
 
+// ErrPoolFull is matched by the errors of an allocation that would take a
+// Pool past its limit.
+var ErrPoolFull = errors.New("ipc: pool limit reached")
+
 // ErrClosed is matched by the errors of a Pool or Conn used after Close.
 var ErrClosed = errors.New("ipc: closed")
 
@@ -40,7 +44,9 @@ type Pool struct {
 	blocks []*block      // live allocations, sorted by address
 	ready  []*cuda.Event // idle ready events (no lease holds them)
 	events []*cuda.Event // every ready event made, for Close
-	fd     int           // the exported descriptor, made on first use (-1: none yet)
+	fd     int           // the exported descriptor (-1 once closed)
+	limit  int64         // bytes the pool may hand out
+	inUse  int64         // bytes of live allocations
 	closed bool
 }
 
@@ -88,7 +94,17 @@ func NewPool(dev int, limit int64) (*Pool, error) {
 		ctx.Release()
 		return nil, fmt.Errorf("ipc: NewPool(device %d): %w", dev, err)
 	}
-	p := &Pool{dev: dev, ctx: ctx, mp: mp, uuid: uuid, stream: s, fd: -1}
+	// Export the pool now: the driver exports its allocations only once
+	// the pool itself was (CUDA_ERROR_INVALID_VALUE before, on the H100
+	// machine). The descriptor is kept for the peers.
+	fd, err := mp.ExportFD()
+	if err != nil {
+		s.Destroy()
+		mp.Destroy()
+		ctx.Release()
+		return nil, fmt.Errorf("ipc: NewPool(device %d): %w", dev, err)
+	}
+	p := &Pool{dev: dev, ctx: ctx, mp: mp, uuid: uuid, stream: s, fd: fd, limit: limit}
 	if _, err := rand.Read(p.id[:]); err != nil {
 		return nil, fmt.Errorf("ipc: NewPool: %w", err)
 	}
@@ -144,14 +160,26 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 	if size == 0 {
 		size = 1 // an allocation to export even for an empty tensor
 	}
+	// The limit is kept here too: the driver (580, H100) handed out more
+	// than a pool's maxSize.
 	p.mu.Lock()
-	closed := p.closed
+	closed, over := p.closed, p.inUse+size > p.limit
+	if !closed && !over {
+		p.inUse += size
+	}
+	inUse := p.inUse
 	p.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("ipc: Pool.Alloc: %w", ErrClosed)
 	}
+	if over {
+		return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit", dt, shape, ErrPoolFull, inUse, p.limit)
+	}
 	ptr, err := s.MemAllocFromPoolAsync(p.mp, size)
 	if err != nil {
+		p.mu.Lock()
+		p.inUse -= size
+		p.mu.Unlock()
 		return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w", dt, shape, err)
 	}
 	b := &block{pool: p, ptr: ptr, size: size, stream: s}
@@ -177,6 +205,7 @@ func (b *block) Release() {
 			break
 		}
 	}
+	p.inUse -= b.size
 	p.mu.Unlock()
 	if err := b.stream.MemFreeAsync(b.ptr); err != nil {
 		if err2 := p.ctx.MemFree(b.ptr); err2 != nil {
@@ -215,8 +244,8 @@ func (p *Pool) Owns(v *zerocopy.View) bool {
 	return p.find(base+uintptr(lo), base+uintptr(hi)) != nil
 }
 
-// exportFD returns the pool's exported descriptor (made once; the pool
-// keeps it open, and each peer gets a copy through SCM_RIGHTS).
+// exportFD returns the pool's exported descriptor (made with the pool;
+// the pool keeps it open, and each peer gets a copy through SCM_RIGHTS).
 func (p *Pool) exportFD() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -224,11 +253,7 @@ func (p *Pool) exportFD() (int, error) {
 		return -1, ErrClosed
 	}
 	if p.fd < 0 {
-		fd, err := p.mp.ExportFD()
-		if err != nil {
-			return -1, err
-		}
-		p.fd = fd
+		return -1, ErrClosed
 	}
 	return p.fd, nil
 }
