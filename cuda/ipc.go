@@ -74,7 +74,7 @@ func (c *Context) NewIPCMemPool(handleTypes uint32, maxSize uint64) (*MemPool, e
 	if r != Success {
 		return nil, newError("cuMemPoolCreate", r, fmt.Sprintf("%v handle types %#x max size %d", c.dev, handleTypes, maxSize))
 	}
-	return &MemPool{h: uintptr(h), dev: c.dev, ctx: c, created: true}, nil
+	return &MemPool{h: uintptr(h), dev: c.dev, ctx: c, created: true, fabric: handleTypes&HandleFabric != 0}, nil
 }
 
 // Destroy destroys a pool this package created or imported
@@ -87,6 +87,9 @@ func (p *MemPool) Destroy() error {
 	}
 	if !p.created {
 		return invalid(ErrInvalidValue, "MemPool.Destroy", "%v is a device's default pool", p)
+	}
+	if p.noDestroy {
+		return invalid(ErrNotSupported, "MemPool.Destroy", "%v is kept: its fabric export failed, and destroying such a pool crashed the driver (580, H100)", p)
 	}
 	h := p.h
 	p.h = 0
@@ -149,6 +152,11 @@ func (p *MemPool) ExportFabric() (FabricHandle, error) {
 	}
 	h := new(FabricHandle)
 	if r := cuMemPoolExportToShareableHandle(unsafe.Pointer(h), p.h, int32(HandleFabric), 0); r != Success {
+		// On the H100 machine (driver 580, no IMEX channel) the export
+		// answered CUDA_ERROR_NOT_PERMITTED and a cuMemPoolDestroy of
+		// the pool afterwards crashed inside the driver: such a pool is
+		// kept (Destroy refuses it).
+		p.noDestroy = p.fabric
 		return out, newError("cuMemPoolExportToShareableHandle", r, fmt.Sprintf("%v as a fabric handle", p))
 	}
 	return *h, nil

@@ -16,6 +16,9 @@ type MemPool struct {
 	ctx      *Context // pools this package created or imported (ipc.go)
 	created  bool     // made by NewIPCMemPool or an import: Destroy may destroy it
 	imported bool     // imported from another process: no allocations
+	fabric   bool     // created for fabric handles
+	// noDestroy: a fabric export failed; Destroy refuses (ipc.go).
+	noDestroy bool
 }
 
 // CUmemPool_attribute values used here (cuda.h).

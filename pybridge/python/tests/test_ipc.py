@@ -154,7 +154,11 @@ def test_python_to_python(tmp_path):
     pool.close()
 
 
-def test_send_refuses_other_memory(tmp_path):
+def test_send_refuses_other_memory(driver, tmp_path):
+    """Memory that is not an IPC pool's is refused with BufferError;
+    Pool.copy_in makes a copy that can go. (Receiving in the same process
+    works on the fake driver only: the real one opens no interprocess event
+    of its own process.)"""
     sock = str(tmp_path / "s")
     pool = dlbridge.ipc.Pool(0, 1 << 20)
     ln = dlbridge.ipc.listen(sock)
@@ -165,9 +169,10 @@ def test_send_refuses_other_memory(tmp_path):
         conn.send(t, pool)
     c = pool.copy_in(t)
     conn.send(c, pool)
-    got = peer.recv()
-    assert numpy.from_dlpack(got.to("cpu")).tolist() == [0, 0, 0, 0]
-    got.close()
+    if driver.fake:
+        got = peer.recv()
+        assert numpy.from_dlpack(got.to("cpu")).tolist() == [0, 0, 0, 0]
+        got.close()
     c.close()
     peer.close()
     conn.close()
