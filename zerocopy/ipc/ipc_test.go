@@ -162,23 +162,30 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func sockPath(t *testing.T) string { return filepath.Join(t.TempDir(), "s") }
 
-// TestExchange: a producer sends 1,000 tensors of different sizes and
-// values to a consumer process that checks each one and closes it; every
-// lease comes back and the pool returns to its baseline.
-func TestExchange(t *testing.T) {
-	needCUDA(t)
-	pool, err := ipc.NewPool(0, 64<<20)
+// producerSide makes a pool of limit bytes and a listener, closed when t
+// ends, and returns them with the pool's baseline usage.
+func producerSide(t *testing.T, limit int64) (*ipc.Pool, uint64, *ipc.Listener, string) {
+	t.Helper()
+	pool, err := ipc.NewPool(0, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	base := usedBytes(t, pool)
+	t.Cleanup(func() { pool.Close() })
 	sock := sockPath(t)
 	ln, err := ipc.Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
+	return pool, usedBytes(t, pool), ln, sock
+}
+
+// TestExchange: a producer sends 1,000 tensors of different sizes and
+// values to a consumer process that checks each one and closes it; every
+// lease comes back and the pool returns to its baseline.
+func TestExchange(t *testing.T) {
+	needCUDA(t)
+	pool, base, ln, sock := producerSide(t, 64<<20)
 	const n = 1000
 	cmd, lines := startChild(t, "consume", sock, "IPC_TEST_N="+strconv.Itoa(n))
 	peer, err := ln.Accept()
@@ -217,18 +224,7 @@ func TestExchange(t *testing.T) {
 // its leases back; the pool returns to its baseline.
 func TestKilledConsumer(t *testing.T) {
 	needCUDA(t)
-	pool, err := ipc.NewPool(0, 64<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	base := usedBytes(t, pool)
-	sock := sockPath(t)
-	ln, err := ipc.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	pool, base, ln, sock := producerSide(t, 64<<20)
 	cmd, lines := startChild(t, "hold", sock, "IPC_TEST_N=10")
 	peer, err := ln.Accept()
 	if err != nil {
