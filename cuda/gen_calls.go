@@ -31,6 +31,10 @@ import (
 // Argument kinds: p = pointer (unsafe.Pointer / void*), h = opaque driver
 // handle (uintptr / uintptr_t), i = int32 / int, u = uint32 / unsigned int,
 // q = uint64 / unsigned long long (also size_t and CUdeviceptr on LP64).
+// v = a 64-byte struct passed by value (CUipcEventHandle): the Go function
+// takes an unsafe.Pointer to it; the cgo trampoline dereferences it, the
+// purego build lays its words out as the platform's C ABI passes such a
+// struct (byValue64, abi_*.go).
 // Output parameters of hot calls are o (8 bytes) or w (4 bytes): the Go
 // function has no parameter for them and returns their values (as uint64)
 // before the Result. In the cgo build the C trampoline passes the address
@@ -85,6 +89,13 @@ var table = []entry{
 	{name: "cuMemPoolGetAttribute", args: "pool:h attr:i value:p"},
 	{name: "cuMemPoolTrimTo", args: "pool:h keep:q"},
 	{name: "cuMemPoolSetAccess", args: "pool:h descs:p count:q"},
+	{name: "cuMemPoolCreate", args: "pool:o props:p"},
+	{name: "cuMemPoolDestroy", args: "pool:h"},
+	{name: "cuMemAllocFromPoolAsync", args: "pdptr:o bytes:q pool:h stream:h"},
+	{name: "cuMemPoolExportToShareableHandle", args: "handle:p pool:h htype:i flags:q"},
+	{name: "cuMemPoolImportFromShareableHandle", args: "pool:o handle:h htype:i flags:q"},
+	{name: "cuMemPoolExportPointer", args: "data:p ptr:q"},
+	{name: "cuMemPoolImportPointer", args: "pdptr:o pool:h data:p"},
 
 	{name: "cuMemsetD8_v2", args: "dst:q value:u n:q"},
 	{name: "cuMemsetD32_v2", args: "dst:q value:u n:q"},
@@ -117,6 +128,8 @@ var table = []entry{
 	{name: "cuEventRecord", args: "event:h stream:h"},
 	{name: "cuEventSynchronize", args: "event:h"},
 	{name: "cuEventQuery", args: "event:h"},
+	{name: "cuIpcGetEventHandle", args: "handle:p event:h"},
+	{name: "cuIpcOpenEventHandle", args: "pevent:o handle:v"},
 	{name: "cuEventElapsedTime", syms: []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"}, args: "ms:p start:h end:h"},
 
 	{name: "cuPointerGetAttribute", args: "data:o attr:i ptr:q"},
@@ -145,10 +158,10 @@ func parseArgs(s string) []arg {
 
 func isOut(k string) bool { return k == "o" || k == "w" }
 
-var goType = map[string]string{"p": "unsafe.Pointer", "h": "uintptr", "i": "int32", "u": "uint32", "q": "uint64"}
-var cType = map[string]string{"p": "void*", "h": "uintptr_t", "i": "int", "u": "unsigned int", "q": "unsigned long long",
+var goType = map[string]string{"v": "unsafe.Pointer", "p": "unsafe.Pointer", "h": "uintptr", "i": "int32", "u": "uint32", "q": "uint64"}
+var cType = map[string]string{"v": "void*", "p": "void*", "h": "uintptr_t", "i": "int", "u": "unsigned int", "q": "unsigned long long",
 	"o": "unsigned long long*", "w": "unsigned int*"}
-var cgoConv = map[string]string{"p": "%s", "h": "C.uintptr_t(%s)", "i": "C.int(%s)", "u": "C.uint(%s)", "q": "C.ulonglong(%s)"}
+var cgoConv = map[string]string{"v": "%s", "p": "%s", "h": "C.uintptr_t(%s)", "i": "C.int(%s)", "u": "C.uint(%s)", "q": "C.ulonglong(%s)"}
 
 func symConst(name string) string { return "sym_" + name }
 
@@ -279,8 +292,14 @@ func writePurego() {
 		// go:uintptrescapes keeps them on the heap during the call).
 		var decl, conv []string
 		oi := 0
+		byValue := ""
 		for _, a := range sg.args {
 			switch a.kind {
+			case "v":
+				if byValue != "" {
+					panic(e.name + ": at most one by-value struct")
+				}
+				byValue = a.name
 			case "o":
 				decl = append(decl, fmt.Sprintf("var o%d uint64", oi))
 				conv = append(conv, fmt.Sprintf("uintptr(unsafe.Pointer(&o%d))", oi))
@@ -301,7 +320,31 @@ func writePurego() {
 				rets = append(rets, v)
 			}
 		}
+		if byValue != "" {
+			// The argument words pass through a slice, not SyscallN's own
+			// parameters, so go:uintptrescapes does not move the outputs
+			// to the heap: allocate them there, where they cannot move
+			// when the stack grows before the call.
+			for i := range decl {
+				decl[i] = strings.Replace(strings.Replace(decl[i], "var ", "", 1), " uint", " := new(uint", 1) + ")"
+			}
+			for i, c := range conv {
+				conv[i] = strings.Replace(c, "(&o", "(o", 1)
+			}
+			for i, r := range rets {
+				if strings.HasPrefix(r, "uint64(") {
+					rets[i] = strings.Replace(r, "(o", "(*o", 1)
+				} else {
+					rets[i] = "*" + r
+				}
+			}
+		}
 		call := prefixed("fn", strings.Join(conv, ", "))
+		if byValue != "" {
+			// The struct's words follow the register arguments as the
+			// C ABI places them (byValue64).
+			call = fmt.Sprintf("fn, byValue64([]uintptr{%s}, %s)...", strings.Join(conv, ", "), byValue)
+		}
 		ret := func(r string) string { return strings.Join(append(append([]string{}, rets...), r), ", ") }
 		zeros := strings.Repeat("0, ", sg.nouts)
 
@@ -400,6 +443,9 @@ static int dlb_wrong_context(uintptr_t getcur, uintptr_t ctx, int r) {
 // are C locals, so the Go caller passes no pointer for them.
 typedef struct { int r; unsigned long long o0, o1; } dlb_ret;
 
+// A 64-byte struct passed by value (CUipcEventHandle).
+typedef struct { char bytes[64]; } dlb_b64;
+
 `)
 	for _, e := range table {
 		sg := newSig(e)
@@ -418,6 +464,11 @@ typedef struct { int r; unsigned long long o0, o1; } dlb_ret;
 				callArgs = append(callArgs, fmt.Sprintf("&o%d", oi))
 				fnTypes = append(fnTypes, "unsigned int*")
 				oi++
+			case "v":
+				inParams = append(inParams, "void* "+a.name)
+				inNames = append(inNames, a.name)
+				callArgs = append(callArgs, "*(dlb_b64*)"+a.name)
+				fnTypes = append(fnTypes, "dlb_b64")
 			case "h":
 				inParams = append(inParams, "uintptr_t "+a.name)
 				inNames = append(inNames, a.name)

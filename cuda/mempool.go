@@ -11,8 +11,14 @@ import (
 // once, until the pool holds more than its release threshold at a
 // synchronization point.
 type MemPool struct {
-	h   uintptr
-	dev Device
+	h        uintptr
+	dev      Device
+	ctx      *Context // pools this package created or imported (ipc.go)
+	created  bool     // made by NewIPCMemPool or an import: Destroy may destroy it
+	imported bool     // imported from another process: no allocations
+	fabric   bool     // created for fabric handles
+	// noDestroy: a fabric export failed; Destroy refuses (ipc.go).
+	noDestroy bool
 }
 
 // CUmemPool_attribute values used here (cuda.h).

@@ -55,6 +55,9 @@ static int dlb_wrong_context(uintptr_t getcur, uintptr_t ctx, int r) {
 // are C locals, so the Go caller passes no pointer for them.
 typedef struct { int r; unsigned long long o0, o1; } dlb_ret;
 
+// A 64-byte struct passed by value (CUipcEventHandle).
+typedef struct { char bytes[64]; } dlb_b64;
+
 static int dlb_cuInit(uintptr_t fn, unsigned int flags) {
 	return ((int (*)(unsigned int))fn)(flags);
 }
@@ -833,6 +836,159 @@ static int dlb_cuMemPoolSetAccess_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx
 	return dlb_cuMemPoolSetAccess_ctx(gc, sc, ctx, fn, pool, descs, count);
 }
 
+static dlb_ret dlb_cuMemPoolCreate(uintptr_t fn, void* props) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, void*))fn)(&o0, props);
+	res.o0 = o0;
+	return res;
+}
+static dlb_ret dlb_cuMemPoolCreate_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* props) {
+	void* prev;
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuMemPoolCreate(fn, props);
+	dlb_leave(sc, prev);
+	return res;
+}
+static dlb_ret dlb_cuMemPoolCreate_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* props) {
+	if (direct) {
+		dlb_ret res = dlb_cuMemPoolCreate(fn, props);
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
+	}
+	return dlb_cuMemPoolCreate_ctx(gc, sc, ctx, fn, props);
+}
+
+static int dlb_cuMemPoolDestroy(uintptr_t fn, uintptr_t pool) {
+	return ((int (*)(void*))fn)((void*)pool);
+}
+static int dlb_cuMemPoolDestroy_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t pool) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuMemPoolDestroy(fn, pool);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuMemPoolDestroy_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool) {
+	if (direct) {
+		int r = dlb_cuMemPoolDestroy(fn, pool);
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
+	}
+	return dlb_cuMemPoolDestroy_ctx(gc, sc, ctx, fn, pool);
+}
+
+static dlb_ret dlb_cuMemAllocFromPoolAsync(uintptr_t fn, unsigned long long bytes, uintptr_t pool, uintptr_t stream) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, unsigned long long, void*, void*))fn)(&o0, bytes, (void*)pool, (void*)stream);
+	res.o0 = o0;
+	return res;
+}
+static dlb_ret dlb_cuMemAllocFromPoolAsync_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, unsigned long long bytes, uintptr_t pool, uintptr_t stream) {
+	void* prev;
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuMemAllocFromPoolAsync(fn, bytes, pool, stream);
+	dlb_leave(sc, prev);
+	return res;
+}
+static dlb_ret dlb_cuMemAllocFromPoolAsync_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, unsigned long long bytes, uintptr_t pool, uintptr_t stream) {
+	if (direct) {
+		dlb_ret res = dlb_cuMemAllocFromPoolAsync(fn, bytes, pool, stream);
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
+	}
+	return dlb_cuMemAllocFromPoolAsync_ctx(gc, sc, ctx, fn, bytes, pool, stream);
+}
+
+static int dlb_cuMemPoolExportToShareableHandle(uintptr_t fn, void* handle, uintptr_t pool, int htype, unsigned long long flags) {
+	return ((int (*)(void*, void*, int, unsigned long long))fn)(handle, (void*)pool, htype, flags);
+}
+static int dlb_cuMemPoolExportToShareableHandle_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* handle, uintptr_t pool, int htype, unsigned long long flags) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuMemPoolExportToShareableHandle(fn, handle, pool, htype, flags);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuMemPoolExportToShareableHandle_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* handle, uintptr_t pool, int htype, unsigned long long flags) {
+	if (direct) {
+		int r = dlb_cuMemPoolExportToShareableHandle(fn, handle, pool, htype, flags);
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
+	}
+	return dlb_cuMemPoolExportToShareableHandle_ctx(gc, sc, ctx, fn, handle, pool, htype, flags);
+}
+
+static dlb_ret dlb_cuMemPoolImportFromShareableHandle(uintptr_t fn, uintptr_t handle, int htype, unsigned long long flags) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, void*, int, unsigned long long))fn)(&o0, (void*)handle, htype, flags);
+	res.o0 = o0;
+	return res;
+}
+static dlb_ret dlb_cuMemPoolImportFromShareableHandle_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t handle, int htype, unsigned long long flags) {
+	void* prev;
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuMemPoolImportFromShareableHandle(fn, handle, htype, flags);
+	dlb_leave(sc, prev);
+	return res;
+}
+static dlb_ret dlb_cuMemPoolImportFromShareableHandle_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t handle, int htype, unsigned long long flags) {
+	if (direct) {
+		dlb_ret res = dlb_cuMemPoolImportFromShareableHandle(fn, handle, htype, flags);
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
+	}
+	return dlb_cuMemPoolImportFromShareableHandle_ctx(gc, sc, ctx, fn, handle, htype, flags);
+}
+
+static int dlb_cuMemPoolExportPointer(uintptr_t fn, void* data, unsigned long long ptr) {
+	return ((int (*)(void*, unsigned long long))fn)(data, ptr);
+}
+static int dlb_cuMemPoolExportPointer_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* data, unsigned long long ptr) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuMemPoolExportPointer(fn, data, ptr);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuMemPoolExportPointer_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* data, unsigned long long ptr) {
+	if (direct) {
+		int r = dlb_cuMemPoolExportPointer(fn, data, ptr);
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
+	}
+	return dlb_cuMemPoolExportPointer_ctx(gc, sc, ctx, fn, data, ptr);
+}
+
+static dlb_ret dlb_cuMemPoolImportPointer(uintptr_t fn, uintptr_t pool, void* data) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, void*, void*))fn)(&o0, (void*)pool, data);
+	res.o0 = o0;
+	return res;
+}
+static dlb_ret dlb_cuMemPoolImportPointer_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t pool, void* data) {
+	void* prev;
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuMemPoolImportPointer(fn, pool, data);
+	dlb_leave(sc, prev);
+	return res;
+}
+static dlb_ret dlb_cuMemPoolImportPointer_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t pool, void* data) {
+	if (direct) {
+		dlb_ret res = dlb_cuMemPoolImportPointer(fn, pool, data);
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
+	}
+	return dlb_cuMemPoolImportPointer_ctx(gc, sc, ctx, fn, pool, data);
+}
+
 static int dlb_cuMemsetD8_v2(uintptr_t fn, unsigned long long dst, unsigned int value, unsigned long long n) {
 	return ((int (*)(unsigned long long, unsigned int, unsigned long long))fn)(dst, value, n);
 }
@@ -1363,6 +1519,49 @@ static int dlb_cuEventQuery_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int 
 		if (!dlb_wrong_context(gc, ctx, r)) return r;
 	}
 	return dlb_cuEventQuery_ctx(gc, sc, ctx, fn, event);
+}
+
+static int dlb_cuIpcGetEventHandle(uintptr_t fn, void* handle, uintptr_t event) {
+	return ((int (*)(void*, void*))fn)(handle, (void*)event);
+}
+static int dlb_cuIpcGetEventHandle_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* handle, uintptr_t event) {
+	void* prev;
+	int r = dlb_enter(gc, sc, ctx, &prev);
+	if (r != 0) return r;
+	r = dlb_cuIpcGetEventHandle(fn, handle, event);
+	dlb_leave(sc, prev);
+	return r;
+}
+static int dlb_cuIpcGetEventHandle_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* handle, uintptr_t event) {
+	if (direct) {
+		int r = dlb_cuIpcGetEventHandle(fn, handle, event);
+		if (!dlb_wrong_context(gc, ctx, r)) return r;
+	}
+	return dlb_cuIpcGetEventHandle_ctx(gc, sc, ctx, fn, handle, event);
+}
+
+static dlb_ret dlb_cuIpcOpenEventHandle(uintptr_t fn, void* handle) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(unsigned long long*, dlb_b64))fn)(&o0, *(dlb_b64*)handle);
+	res.o0 = o0;
+	return res;
+}
+static dlb_ret dlb_cuIpcOpenEventHandle_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, void* handle) {
+	void* prev;
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuIpcOpenEventHandle(fn, handle);
+	dlb_leave(sc, prev);
+	return res;
+}
+static dlb_ret dlb_cuIpcOpenEventHandle_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, void* handle) {
+	if (direct) {
+		dlb_ret res = dlb_cuIpcOpenEventHandle(fn, handle);
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
+	}
+	return dlb_cuIpcOpenEventHandle_ctx(gc, sc, ctx, fn, handle);
 }
 
 static int dlb_cuEventElapsedTime(uintptr_t fn, void* ms, uintptr_t start, uintptr_t end) {
@@ -2491,6 +2690,186 @@ func cuMemPoolSetAccess_auto(ctx uintptr, direct bool, pool uintptr, descs unsaf
 	return Result(C.dlb_cuMemPoolSetAccess_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool), descs, C.ulonglong(count)))
 }
 
+func cuMemPoolCreate(props unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolCreate]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolCreate(C.uintptr_t(fn), props)
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolCreate_ctx(ctx uintptr, props unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolCreate]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolCreate_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), props)
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolCreate_auto(ctx uintptr, direct bool, props unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolCreate]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolCreate_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), props)
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolDestroy(pool uintptr) Result {
+	fn := fns[sym_cuMemPoolDestroy]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolDestroy(C.uintptr_t(fn), C.uintptr_t(pool)))
+}
+
+func cuMemPoolDestroy_ctx(ctx uintptr, pool uintptr) Result {
+	fn := fns[sym_cuMemPoolDestroy]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolDestroy_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(pool)))
+}
+
+func cuMemPoolDestroy_auto(ctx uintptr, direct bool, pool uintptr) Result {
+	fn := fns[sym_cuMemPoolDestroy]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolDestroy_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool)))
+}
+
+func cuMemAllocFromPoolAsync(bytes uint64, pool uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuMemAllocFromPoolAsync]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemAllocFromPoolAsync(C.uintptr_t(fn), C.ulonglong(bytes), C.uintptr_t(pool), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemAllocFromPoolAsync_ctx(ctx uintptr, bytes uint64, pool uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuMemAllocFromPoolAsync]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemAllocFromPoolAsync_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.ulonglong(bytes), C.uintptr_t(pool), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemAllocFromPoolAsync_auto(ctx uintptr, direct bool, bytes uint64, pool uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuMemAllocFromPoolAsync]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemAllocFromPoolAsync_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.ulonglong(bytes), C.uintptr_t(pool), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolExportToShareableHandle(handle unsafe.Pointer, pool uintptr, htype int32, flags uint64) Result {
+	fn := fns[sym_cuMemPoolExportToShareableHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolExportToShareableHandle(C.uintptr_t(fn), handle, C.uintptr_t(pool), C.int(htype), C.ulonglong(flags)))
+}
+
+func cuMemPoolExportToShareableHandle_ctx(ctx uintptr, handle unsafe.Pointer, pool uintptr, htype int32, flags uint64) Result {
+	fn := fns[sym_cuMemPoolExportToShareableHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolExportToShareableHandle_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), handle, C.uintptr_t(pool), C.int(htype), C.ulonglong(flags)))
+}
+
+func cuMemPoolExportToShareableHandle_auto(ctx uintptr, direct bool, handle unsafe.Pointer, pool uintptr, htype int32, flags uint64) Result {
+	fn := fns[sym_cuMemPoolExportToShareableHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolExportToShareableHandle_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), handle, C.uintptr_t(pool), C.int(htype), C.ulonglong(flags)))
+}
+
+func cuMemPoolImportFromShareableHandle(handle uintptr, htype int32, flags uint64) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportFromShareableHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolImportFromShareableHandle(C.uintptr_t(fn), C.uintptr_t(handle), C.int(htype), C.ulonglong(flags))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolImportFromShareableHandle_ctx(ctx uintptr, handle uintptr, htype int32, flags uint64) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportFromShareableHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolImportFromShareableHandle_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(handle), C.int(htype), C.ulonglong(flags))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolImportFromShareableHandle_auto(ctx uintptr, direct bool, handle uintptr, htype int32, flags uint64) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportFromShareableHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolImportFromShareableHandle_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(handle), C.int(htype), C.ulonglong(flags))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolExportPointer(data unsafe.Pointer, ptr uint64) Result {
+	fn := fns[sym_cuMemPoolExportPointer]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolExportPointer(C.uintptr_t(fn), data, C.ulonglong(ptr)))
+}
+
+func cuMemPoolExportPointer_ctx(ctx uintptr, data unsafe.Pointer, ptr uint64) Result {
+	fn := fns[sym_cuMemPoolExportPointer]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolExportPointer_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), data, C.ulonglong(ptr)))
+}
+
+func cuMemPoolExportPointer_auto(ctx uintptr, direct bool, data unsafe.Pointer, ptr uint64) Result {
+	fn := fns[sym_cuMemPoolExportPointer]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuMemPoolExportPointer_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), data, C.ulonglong(ptr)))
+}
+
+func cuMemPoolImportPointer(pool uintptr, data unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportPointer]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolImportPointer(C.uintptr_t(fn), C.uintptr_t(pool), data)
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolImportPointer_ctx(ctx uintptr, pool uintptr, data unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportPointer]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolImportPointer_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(pool), data)
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuMemPoolImportPointer_auto(ctx uintptr, direct bool, pool uintptr, data unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportPointer]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuMemPoolImportPointer_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(pool), data)
+	return uint64(res.o0), Result(res.r)
+}
+
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {
 	fn := fns[sym_cuMemsetD8_v2]
 	if fn == 0 {
@@ -3161,6 +3540,57 @@ func cuEventQuery_auto(ctx uintptr, direct bool, event uintptr) Result {
 		return resultNoSymbol
 	}
 	return Result(C.dlb_cuEventQuery_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(event)))
+}
+
+func cuIpcGetEventHandle(handle unsafe.Pointer, event uintptr) Result {
+	fn := fns[sym_cuIpcGetEventHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuIpcGetEventHandle(C.uintptr_t(fn), handle, C.uintptr_t(event)))
+}
+
+func cuIpcGetEventHandle_ctx(ctx uintptr, handle unsafe.Pointer, event uintptr) Result {
+	fn := fns[sym_cuIpcGetEventHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuIpcGetEventHandle_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), handle, C.uintptr_t(event)))
+}
+
+func cuIpcGetEventHandle_auto(ctx uintptr, direct bool, handle unsafe.Pointer, event uintptr) Result {
+	fn := fns[sym_cuIpcGetEventHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	return Result(C.dlb_cuIpcGetEventHandle_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), handle, C.uintptr_t(event)))
+}
+
+func cuIpcOpenEventHandle(handle unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuIpcOpenEventHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuIpcOpenEventHandle(C.uintptr_t(fn), handle)
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuIpcOpenEventHandle_ctx(ctx uintptr, handle unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuIpcOpenEventHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuIpcOpenEventHandle_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), handle)
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuIpcOpenEventHandle_auto(ctx uintptr, direct bool, handle unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuIpcOpenEventHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuIpcOpenEventHandle_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), handle)
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuEventElapsedTime(ms unsafe.Pointer, start uintptr, end uintptr) Result {

@@ -1355,6 +1355,252 @@ func cuMemPoolSetAccess_auto(ctx uintptr, direct bool, pool uintptr, descs unsaf
 	return cuMemPoolSetAccess_ctx(ctx, pool, descs, count)
 }
 
+func cuMemPoolCreate(props unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolCreate]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(props))
+	return o0, Result(int32(r))
+}
+
+func cuMemPoolCreate_ctx(ctx uintptr, props unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolCreate]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(props))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return o0, r
+}
+
+func cuMemPoolCreate_auto(ctx uintptr, direct bool, props unsafe.Pointer) (uint64, Result) {
+	if direct {
+		if o0, r := cuMemPoolCreate(props); !wrongContext(ctx, r) {
+			return o0, r
+		}
+	}
+	return cuMemPoolCreate_ctx(ctx, props)
+}
+
+func cuMemPoolDestroy(pool uintptr) Result {
+	fn := fns[sym_cuMemPoolDestroy]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(pool))
+	return Result(int32(r))
+}
+
+func cuMemPoolDestroy_ctx(ctx uintptr, pool uintptr) Result {
+	fn := fns[sym_cuMemPoolDestroy]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(pool))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuMemPoolDestroy_auto(ctx uintptr, direct bool, pool uintptr) Result {
+	if direct {
+		if r := cuMemPoolDestroy(pool); !wrongContext(ctx, r) {
+			return r
+		}
+	}
+	return cuMemPoolDestroy_ctx(ctx, pool)
+}
+
+func cuMemAllocFromPoolAsync(bytes uint64, pool uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuMemAllocFromPoolAsync]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(bytes), uintptr(pool), uintptr(stream))
+	return o0, Result(int32(r))
+}
+
+func cuMemAllocFromPoolAsync_ctx(ctx uintptr, bytes uint64, pool uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuMemAllocFromPoolAsync]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(bytes), uintptr(pool), uintptr(stream))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return o0, r
+}
+
+func cuMemAllocFromPoolAsync_auto(ctx uintptr, direct bool, bytes uint64, pool uintptr, stream uintptr) (uint64, Result) {
+	if direct {
+		if o0, r := cuMemAllocFromPoolAsync(bytes, pool, stream); !wrongContext(ctx, r) {
+			return o0, r
+		}
+	}
+	return cuMemAllocFromPoolAsync_ctx(ctx, bytes, pool, stream)
+}
+
+func cuMemPoolExportToShareableHandle(handle unsafe.Pointer, pool uintptr, htype int32, flags uint64) Result {
+	fn := fns[sym_cuMemPoolExportToShareableHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(handle), uintptr(pool), uintptr(htype), uintptr(flags))
+	return Result(int32(r))
+}
+
+func cuMemPoolExportToShareableHandle_ctx(ctx uintptr, handle unsafe.Pointer, pool uintptr, htype int32, flags uint64) Result {
+	fn := fns[sym_cuMemPoolExportToShareableHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(handle), uintptr(pool), uintptr(htype), uintptr(flags))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuMemPoolExportToShareableHandle_auto(ctx uintptr, direct bool, handle unsafe.Pointer, pool uintptr, htype int32, flags uint64) Result {
+	if direct {
+		if r := cuMemPoolExportToShareableHandle(handle, pool, htype, flags); !wrongContext(ctx, r) {
+			return r
+		}
+	}
+	return cuMemPoolExportToShareableHandle_ctx(ctx, handle, pool, htype, flags)
+}
+
+func cuMemPoolImportFromShareableHandle(handle uintptr, htype int32, flags uint64) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportFromShareableHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(handle), uintptr(htype), uintptr(flags))
+	return o0, Result(int32(r))
+}
+
+func cuMemPoolImportFromShareableHandle_ctx(ctx uintptr, handle uintptr, htype int32, flags uint64) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportFromShareableHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(handle), uintptr(htype), uintptr(flags))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return o0, r
+}
+
+func cuMemPoolImportFromShareableHandle_auto(ctx uintptr, direct bool, handle uintptr, htype int32, flags uint64) (uint64, Result) {
+	if direct {
+		if o0, r := cuMemPoolImportFromShareableHandle(handle, htype, flags); !wrongContext(ctx, r) {
+			return o0, r
+		}
+	}
+	return cuMemPoolImportFromShareableHandle_ctx(ctx, handle, htype, flags)
+}
+
+func cuMemPoolExportPointer(data unsafe.Pointer, ptr uint64) Result {
+	fn := fns[sym_cuMemPoolExportPointer]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(data), uintptr(ptr))
+	return Result(int32(r))
+}
+
+func cuMemPoolExportPointer_ctx(ctx uintptr, data unsafe.Pointer, ptr uint64) Result {
+	fn := fns[sym_cuMemPoolExportPointer]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(data), uintptr(ptr))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuMemPoolExportPointer_auto(ctx uintptr, direct bool, data unsafe.Pointer, ptr uint64) Result {
+	if direct {
+		if r := cuMemPoolExportPointer(data, ptr); !wrongContext(ctx, r) {
+			return r
+		}
+	}
+	return cuMemPoolExportPointer_ctx(ctx, data, ptr)
+}
+
+func cuMemPoolImportPointer(pool uintptr, data unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportPointer]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(pool), uintptr(data))
+	return o0, Result(int32(r))
+}
+
+func cuMemPoolImportPointer_ctx(ctx uintptr, pool uintptr, data unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuMemPoolImportPointer]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(&o0)), uintptr(pool), uintptr(data))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return o0, r
+}
+
+func cuMemPoolImportPointer_auto(ctx uintptr, direct bool, pool uintptr, data unsafe.Pointer) (uint64, Result) {
+	if direct {
+		if o0, r := cuMemPoolImportPointer(pool, data); !wrongContext(ctx, r) {
+			return o0, r
+		}
+	}
+	return cuMemPoolImportPointer_ctx(ctx, pool, data)
+}
+
 func cuMemsetD8_v2(dst uint64, value uint32, n uint64) Result {
 	fn := fns[sym_cuMemsetD8_v2]
 	if fn == 0 {
@@ -2305,6 +2551,76 @@ func cuEventQuery_auto(ctx uintptr, direct bool, event uintptr) Result {
 		}
 	}
 	return cuEventQuery_ctx(ctx, event)
+}
+
+func cuIpcGetEventHandle(handle unsafe.Pointer, event uintptr) Result {
+	fn := fns[sym_cuIpcGetEventHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(handle), uintptr(event))
+	return Result(int32(r))
+}
+
+func cuIpcGetEventHandle_ctx(ctx uintptr, handle unsafe.Pointer, event uintptr) Result {
+	fn := fns[sym_cuIpcGetEventHandle]
+	if fn == 0 {
+		return resultNoSymbol
+	}
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(handle), uintptr(event))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return r
+}
+
+func cuIpcGetEventHandle_auto(ctx uintptr, direct bool, handle unsafe.Pointer, event uintptr) Result {
+	if direct {
+		if r := cuIpcGetEventHandle(handle, event); !wrongContext(ctx, r) {
+			return r
+		}
+	}
+	return cuIpcGetEventHandle_ctx(ctx, handle, event)
+}
+
+func cuIpcOpenEventHandle(handle unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuIpcOpenEventHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	o0 := new(uint64)
+	r, _, _ := purego.SyscallN(fn, byValue64([]uintptr{uintptr(unsafe.Pointer(o0))}, handle)...)
+	return *o0, Result(int32(r))
+}
+
+func cuIpcOpenEventHandle_ctx(ctx uintptr, handle unsafe.Pointer) (uint64, Result) {
+	fn := fns[sym_cuIpcOpenEventHandle]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	o0 := new(uint64)
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, byValue64([]uintptr{uintptr(unsafe.Pointer(o0))}, handle)...)
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return *o0, r
+}
+
+func cuIpcOpenEventHandle_auto(ctx uintptr, direct bool, handle unsafe.Pointer) (uint64, Result) {
+	if direct {
+		if o0, r := cuIpcOpenEventHandle(handle); !wrongContext(ctx, r) {
+			return o0, r
+		}
+	}
+	return cuIpcOpenEventHandle_ctx(ctx, handle)
 }
 
 func cuEventElapsedTime(ms unsafe.Pointer, start uintptr, end uintptr) Result {

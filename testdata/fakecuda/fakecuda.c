@@ -62,6 +62,10 @@
  *   - fakecuda_guard(base, n, mask) makes every write by an executed
  *     operation to a masked byte count (fakecuda_guard_hits): tests check
  *     that writes to a strided view leave the gaps between its elements alone.
+ *   - Across processes: pools created for POSIX file-descriptor handles
+ *     keep their memory in shared memory, interprocess events their
+ *     counters; exported handles work in another process (see the section
+ *     "across processes" below for the model).
  *   - Memory pools: cuDeviceGetDefaultMemPool gives one pool per device;
  *     cuMemAllocAsync counts as used in it, freed bytes stay reserved up to
  *     the release threshold (accounting only: memory is not reused).
@@ -74,6 +78,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -97,6 +107,7 @@ enum {
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701,
     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    CUDA_ERROR_ALREADY_MAPPED = 208,
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_LAUNCH_FAILED = 719,
@@ -123,6 +134,7 @@ static const struct { int code; const char *name, *msg; } errtab[] = {
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
     {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
+    {208, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped"},
     {709, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
@@ -168,6 +180,8 @@ typedef struct alloc {
     unsigned long long id;
     int free_pending;
     int async; /* from cuMemAllocAsync: counted in the device's pool */
+    struct fipcpool *ipool; /* a block of an IPC pool (ipc section) */
+    int ipc_imported;       /* ... imported from another process: nothing to give back */
 } alloc;
 
 static alloc *allocs;
@@ -189,6 +203,9 @@ typedef struct op {
     unsigned long long ev_id, gen;
     unsigned long long rec_stream; /* OP_WAIT: the stream of the awaited record */
     fctx *ctx;
+    volatile unsigned long long *ipc_done; /* OP_WAIT on another process's event: its shared counter */
+    int ipc_pid;                           /* ... and that process */
+    volatile unsigned long long *ipc_mark; /* OP_RECORD of an interprocess event: its shared counter */
 } op;
 
 typedef struct fstream {
@@ -199,6 +216,7 @@ typedef struct fstream {
     op *head, *tail;
     int npending;
     int err;
+    int busy; /* an operation of it runs with the lock dropped (a wait on another process) */
 } fstream;
 
 typedef struct fevent {
@@ -209,6 +227,8 @@ typedef struct fevent {
     uintptr_t rec_handle; /* the stream handle the latest record was queued on, as the caller gave it */
     int recorded;
     struct timespec t;
+    volatile unsigned long long *ipc; /* interprocess: {rec_gen, done_gen} in shared memory */
+    int ipc_pid;                      /* opened from another process (cuIpcOpenEventHandle): its pid */
 } fevent;
 
 typedef struct ffunc ffunc;
@@ -364,7 +384,10 @@ static alloc *add_alloc(uintptr_t base, size_t size, int kind, fctx *c) {
     return a;
 }
 
+static int ipc_del_alloc(alloc *a);
+
 static void del_alloc(alloc *a) {
+    if (ipc_del_alloc(a)) { *a = allocs[--nallocs]; return; }
     if (a->kind == K_DEVICE || a->kind == K_MANAGED) used[a->dev] -= a->size;
     if (a->kind != K_REGISTERED) free((void *)a->base);
     *a = allocs[--nallocs];
@@ -423,13 +446,18 @@ static void pool_release(int dev, size_t n) {
     if (p->cached > p->threshold) p->cached = p->threshold;
 }
 
+static int ipc_wait_op(fstream *s, op *o);
+
+static void ipc_wait_busy(fstream *s);
+
 static void step(fstream *s) {
+    ipc_wait_busy(s);
     op *o = s->head;
     if (!o) return;
     s->head = o->next;
     if (!s->head) s->tail = NULL;
     s->npending--;
-    int r = exec_op(o);
+    int r = o->ipc_done ? ipc_wait_op(s, o) : exec_op(o);
     if (r && !s->err) s->err = r;
     free(o->buf);
     free(o);
@@ -455,15 +483,16 @@ static void drain_event(fevent *e, unsigned long long gen) {
  * and record captured when it was queued, not the event's latest record: an
  * event may be recorded again, elsewhere, before the wait executes. */
 static void drain_record(unsigned long long sid, unsigned long long ev_id, unsigned long long gen) {
-    fstream *s = stream_by_id(sid);
-    if (!s) return;
-    const op *rec = s->head;
-    while (rec && !(rec->type == OP_RECORD && rec->ev_id == ev_id && rec->gen == gen)) rec = rec->next;
-    if (!rec) return;
     for (;;) {
-        int last = s->head == rec; /* step frees the op: compare first */
+        /* Look again each round: a wait on another process (ipc section)
+         * runs with the lock dropped, and another thread may run the
+         * record meanwhile. */
+        fstream *s = stream_by_id(sid);
+        if (!s) return;
+        const op *rec = s->head;
+        while (rec && !(rec->type == OP_RECORD && rec->ev_id == ev_id && rec->gen == gen)) rec = rec->next;
+        if (!rec) return;
         step(s);
-        if (last) return;
     }
 }
 
@@ -757,6 +786,7 @@ static int exec_op(op *o) {
             e->done_gen = o->gen;
             clock_gettime(CLOCK_MONOTONIC, &e->t);
         }
+        if (o->ipc_mark) __atomic_store_n(&o->ipc_mark[1], o->gen, __ATOMIC_RELEASE);
         return 0;
     }
     case OP_WAIT:
@@ -764,7 +794,7 @@ static int exec_op(op *o) {
         return 0;
     case OP_FREE: {
         alloc *a = find_alloc(o->dst);
-        if (a && a->base == o->dst) {
+        if (a && a->base == o->dst && a->free_pending) {
             if (a->async) pool_release(a->dev, a->size);
             del_alloc(a);
         }
@@ -1128,10 +1158,12 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *stream) {
     RETURN(0);
 }
 
+static fpool *ipc_pool_acct(void *h);
+
 static fpool *pool_of(void *h) {
     for (int i = 0; i < MAXDEV; i++)
         if ((void *)&pools[i] == h && i < ndev) return &pools[i];
-    return NULL;
+    return ipc_pool_acct(h);
 }
 
 EXPORT CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) {
@@ -1557,6 +1589,8 @@ EXPORT CUresult cuStreamQuery(void *h) {
     RETURN(CUDA_ERROR_NOT_READY);
 }
 
+static int ipc_remote_wait(fstream *s, fctx *c, fevent *e, uintptr_t h);
+
 EXPORT CUresult cuStreamWaitEvent(void *h, void *ev, unsigned int flags) {
     ENTER("cuStreamWaitEvent");
     NEED_CTX_STRICT();
@@ -1566,6 +1600,7 @@ EXPORT CUresult cuStreamWaitEvent(void *h, void *ev, unsigned int flags) {
     fstream *s; fctx *c;
     int r = resolve(h, &s, &c);
     if (r) RETURN(r);
+    if (e->ipc_pid) RETURN(ipc_remote_wait(s, c, e, (uintptr_t)h));
     if (!e->recorded) RETURN(0);
     log_order('w', (uintptr_t)h, e->rec_handle);
     op *o = new_op(OP_WAIT);
@@ -1600,6 +1635,9 @@ EXPORT CUresult cuStreamGetFlags(void *h, unsigned int *flags) {
 
 /* ------------------------------------------------------------------- events */
 
+static int ipc_event_slot(fevent *e);
+static void ipc_recorded(fevent *e, fstream *s, op *o);
+
 EXPORT CUresult cuEventCreate(void **pe, unsigned int flags) {
     ENTER("cuEventCreate");
     NEED_CTX();
@@ -1613,6 +1651,7 @@ EXPORT CUresult cuEventCreate(void **pe, unsigned int flags) {
         capevents = capevents ? 2 * capevents : 16;
         events = realloc(events, capevents * sizeof *events);
     }
+    if ((flags & 4) && ipc_event_slot(e)) { free(e); RETURN(CUDA_ERROR_OUT_OF_MEMORY); }
     events[nevents++] = e;
     reg_add(e, H_EVENT);
     *pe = e;
@@ -1644,6 +1683,7 @@ EXPORT CUresult cuEventRecord(void *h, void *stream) {
     int r = resolve(stream, &s, &c);
     if (r) RETURN(r);
     if (c != e->ctx) RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (e->ipc_pid) RETURN(CUDA_ERROR_NOT_SUPPORTED); /* the fake records interprocess events in their own process only */
     e->recorded = 1;
     e->rec_gen++;
     e->stream_id = s ? s->id : 0;
@@ -1652,15 +1692,20 @@ EXPORT CUresult cuEventRecord(void *h, void *stream) {
     op *o = new_op(OP_RECORD);
     o->ev_id = e->id;
     o->gen = e->rec_gen;
+    ipc_recorded(e, s, o);
     submit(s, c, o);
     RETURN(0);
 }
+
+static int ipc_remote_sync(fevent *e);
+static int ipc_remote_done(fevent *e);
 
 EXPORT CUresult cuEventSynchronize(void *h) {
     ENTER("cuEventSynchronize");
     NEED_CTX_STRICT();
     fevent *e = reg_find(h, H_EVENT);
     if (!e) RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (e->ipc_pid) RETURN(ipc_remote_sync(e));
     drain_event(e, e->rec_gen);
     RETURN(0);
 }
@@ -1670,6 +1715,7 @@ EXPORT CUresult cuEventQuery(void *h) {
     NEED_CTX_STRICT();
     fevent *e = reg_find(h, H_EVENT);
     if (!e) RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (e->ipc_pid) RETURN(ipc_remote_done(e) ? 0 : CUDA_ERROR_NOT_READY);
     if (e->done_gen >= e->rec_gen) RETURN(0);
     fstream *s = stream_by_id(e->stream_id);
     if (s) step(s);
@@ -2021,6 +2067,468 @@ EXPORT CUresult cuLaunchKernel(void *h, unsigned gx, unsigned gy, unsigned gz, u
     }
     submit(s, c, o);
     RETURN(0);
+}
+
+/* ------------------------------------------------- across processes (IPC)
+ *
+ * Pools created for POSIX file-descriptor handles (cuMemPoolCreate with
+ * handleTypes 1) keep their memory in a memfd mapped MAP_SHARED: the
+ * exported descriptor is a dup of it, and a process that imports it maps the
+ * same pages, so what one process writes the other reads, as on a GPU.
+ * The file starts with a header page {magic, pool id, device, size};
+ * allocations (first fit, 256-byte aligned) follow it. Fabric handles are
+ * not supported (CUDA_ERROR_NOT_SUPPORTED), as on a machine without them.
+ * Export data of a pointer: {magic, pool id, offset, size}; as on the
+ * real driver, only once the pool's handle was exported.
+ *
+ * Interprocess events keep {records queued, records executed} in a slot of
+ * a per-process shared table (a memfd); a handle names {pid, fd, slot}, and
+ * the opener maps the table through /proc/PID/fd/FD. A record of such an
+ * event starts a thread that runs its stream up to the record after
+ * FAKECUDA_IPC_DELAY_MS (default 0): as on a GPU, the work another process
+ * waits for runs without this process synchronizing (the delay stands for
+ * a slow producer). A stream that waits for an event opened from another
+ * process queues a wait that, when it runs, polls the shared counter until
+ * the record it saw executed, or the recording process is gone (a dead
+ * process's work counts as finished, as its context was torn down), or
+ * FAKECUDA_IPC_TIMEOUT_MS (default 60000) passed (CUDA_ERROR_LAUNCH_FAILED).
+ * Opened events can be waited for, queried and synchronized, not recorded.
+ */
+
+#define IPC_HDR 4096
+#define IPC_ALIGN 256
+static const char ipc_pool_magic[8] = "FKIPCPOL";
+static const char ipc_ptr_magic[8] = "FKIPCPTR";
+static const char ipc_ev_magic[8] = "FKIPCEVT";
+
+typedef struct { size_t off, size; int used; } ipcblock;
+
+typedef struct fipcpool {
+    fpool acct; /* what cuMemPoolGetAttribute reports (used bytes) */
+    unsigned long long uid;
+    int fd;      /* creator: the memfd (-1 for an imported pool) */
+    int handles; /* handle types it was created for */
+    int imported;
+    int exported; /* its shareable handle was exported: only then its pointers can be */
+    unsigned char *base;
+    size_t size;
+    ipcblock *blocks;
+    int nblocks, capblocks;
+} fipcpool;
+
+static fpool *ipc_pool_acct(void *h) {
+    fipcpool *p = reg_find(h, H_POOL);
+    return p ? &p->acct : NULL;
+}
+
+/* ipc_del_alloc gives an allocation of an IPC pool back to it (answers 1),
+ * or answers 0 for other memory. */
+static int ipc_del_alloc(alloc *a) {
+    if (!a->ipool) return 0;
+    fipcpool *p = a->ipool;
+    if (a->ipc_imported) return 1;
+    size_t off = a->base - (uintptr_t)p->base;
+    for (int i = 0; i < p->nblocks; i++)
+        if (p->blocks[i].off == off && p->blocks[i].used) {
+            p->blocks[i].used = 0;
+            p->acct.used -= p->blocks[i].size;
+            /* merge with free neighbours */
+            if (i + 1 < p->nblocks && !p->blocks[i + 1].used) {
+                p->blocks[i].size += p->blocks[i + 1].size;
+                memmove(&p->blocks[i + 1], &p->blocks[i + 2], (p->nblocks - i - 2) * sizeof *p->blocks);
+                p->nblocks--;
+            }
+            if (i > 0 && !p->blocks[i - 1].used) {
+                p->blocks[i - 1].size += p->blocks[i].size;
+                memmove(&p->blocks[i], &p->blocks[i + 1], (p->nblocks - i - 1) * sizeof *p->blocks);
+                p->nblocks--;
+            }
+            break;
+        }
+    return 1;
+}
+
+static int ipc_carve(fipcpool *p, size_t n, size_t *off) {
+    size_t need = (n + IPC_ALIGN - 1) / IPC_ALIGN * IPC_ALIGN;
+    for (int i = 0; i < p->nblocks; i++) {
+        ipcblock *b = &p->blocks[i];
+        if (b->used || b->size < need) continue;
+        if (b->size > need) {
+            if (p->nblocks == p->capblocks) {
+                p->capblocks *= 2;
+                p->blocks = realloc(p->blocks, p->capblocks * sizeof *p->blocks);
+                b = &p->blocks[i];
+            }
+            memmove(&p->blocks[i + 2], &p->blocks[i + 1], (p->nblocks - i - 1) * sizeof *p->blocks);
+            p->blocks[i + 1].off = b->off + need;
+            p->blocks[i + 1].size = b->size - need;
+            p->blocks[i + 1].used = 0;
+            p->nblocks++;
+            b->size = need;
+        }
+        b->used = 1;
+        p->acct.used += need;
+        *off = b->off;
+        return 0;
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* CUmemPoolProps: allocType, handleTypes, location {type, id}, win32 attrs,
+ * maxSize, usage, reserved (88 bytes). */
+typedef struct {
+    int allocType, handleTypes, locType, locId;
+    void *win32;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} fpoolprops;
+
+EXPORT CUresult cuMemPoolCreate(void **pool, const fpoolprops *pp) {
+    ENTER("cuMemPoolCreate");
+    NEED_INIT();
+    if (!pool || !pp) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (pp->allocType != 1 || pp->locType != 1) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (pp->locId < 0 || pp->locId >= ndev) RETURN(CUDA_ERROR_INVALID_DEVICE);
+    if (pp->handleTypes & 8) RETURN(CUDA_ERROR_NOT_SUPPORTED); /* no fabric here */
+    if (pp->handleTypes & ~1) RETURN(CUDA_ERROR_INVALID_VALUE);
+    size_t size = pp->maxSize ? pp->maxSize : devmem;
+    fipcpool *p = calloc(1, sizeof *p);
+    p->acct.dev = pp->locId;
+    p->handles = pp->handleTypes;
+    p->fd = -1;
+    unsigned long long uid = ((unsigned long long)getpid() << 32) ^ (unsigned long long)(uintptr_t)p ^ (unsigned long long)next_id++;
+    p->uid = uid;
+    if (pp->handleTypes & 1) {
+        p->fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+        if (p->fd < 0 || ftruncate(p->fd, IPC_HDR + size) != 0) { free(p); RETURN(CUDA_ERROR_OUT_OF_MEMORY); }
+        p->base = mmap(NULL, IPC_HDR + size, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+    } else {
+        p->base = mmap(NULL, IPC_HDR + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
+    if (p->base == MAP_FAILED) { if (p->fd >= 0) close(p->fd); free(p); RETURN(CUDA_ERROR_OUT_OF_MEMORY); }
+    unsigned long long hdr[4] = {0, uid, (unsigned long long)pp->locId, size};
+    memcpy(hdr, ipc_pool_magic, 8);
+    memcpy(p->base, hdr, sizeof hdr);
+    p->base += IPC_HDR;
+    p->size = size;
+    p->capblocks = 16;
+    p->blocks = calloc(p->capblocks, sizeof *p->blocks);
+    p->blocks[0].size = size;
+    p->nblocks = 1;
+    reg_add(p, H_POOL);
+    *pool = p;
+    RETURN(0);
+}
+
+/* A destroyed pool's bookkeeping stays (memory still allocated from it may
+ * be freed later, as the driver allows); only its handle goes. */
+EXPORT CUresult cuMemPoolDestroy(void *h) {
+    ENTER("cuMemPoolDestroy");
+    NEED_INIT();
+    fipcpool *p = reg_find(h, H_POOL);
+    if (!p) RETURN(CUDA_ERROR_INVALID_VALUE);
+    reg_del(p);
+    RETURN(0);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t n, void *h, void *stream) {
+    ENTER("cuMemAllocFromPoolAsync");
+    NEED_CTX_STRICT();
+    fstream *s;
+    fctx *c;
+    int r = resolve(stream, &s, &c);
+    if (r) RETURN(r);
+    if (!ptr || n == 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+    fipcpool *p = reg_find(h, H_POOL);
+    if (!p || p->imported) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (p->acct.dev != c->dev) RETURN(CUDA_ERROR_INVALID_VALUE);
+    size_t off;
+    r = ipc_carve(p, n, &off);
+    if (r) RETURN(r);
+    memset(p->base + off, 0xcd, n); /* like uninitialized device memory */
+    alloc *a = add_alloc((uintptr_t)(p->base + off), n, K_DEVICE, c);
+    a->ipool = p;
+    *ptr = (CUdeviceptr)(uintptr_t)(p->base + off);
+    RETURN(0);
+}
+
+EXPORT CUresult cuMemPoolExportToShareableHandle(void *out, void *h, int type, unsigned long long flags) {
+    ENTER("cuMemPoolExportToShareableHandle");
+    NEED_INIT();
+    fipcpool *p = reg_find(h, H_POOL);
+    if (!out || flags) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (type == 8) RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    if (!p || p->imported || type != 1 || !(p->handles & 1)) RETURN(CUDA_ERROR_INVALID_VALUE);
+    int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    p->exported = 1;
+    *(int *)out = fd;
+    RETURN(0);
+}
+
+EXPORT CUresult cuMemPoolImportFromShareableHandle(void **pool, void *handle, int type, unsigned long long flags) {
+    ENTER("cuMemPoolImportFromShareableHandle");
+    NEED_INIT();
+    if (!pool || flags) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (type == 8) RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    if (type != 1) RETURN(CUDA_ERROR_INVALID_VALUE);
+    int fd = (int)(intptr_t)handle;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < IPC_HDR) RETURN(CUDA_ERROR_INVALID_VALUE);
+    unsigned long long hdr[4];
+    if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr || memcmp(hdr, ipc_pool_magic, 8) != 0)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    if ((int)hdr[2] >= ndev) RETURN(CUDA_ERROR_INVALID_DEVICE);
+    unsigned char *base = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    fipcpool *p = calloc(1, sizeof *p);
+    p->acct.dev = (int)hdr[2];
+    p->uid = hdr[1];
+    p->fd = -1;
+    p->imported = 1;
+    p->base = base + IPC_HDR;
+    p->size = st.st_size - IPC_HDR;
+    reg_add(p, H_POOL);
+    *pool = p;
+    RETURN(0);
+}
+
+EXPORT CUresult cuMemPoolExportPointer(void *data, CUdeviceptr ptr) {
+    ENTER("cuMemPoolExportPointer");
+    NEED_INIT();
+    if (!data) RETURN(CUDA_ERROR_INVALID_VALUE);
+    alloc *a = find_alloc((uintptr_t)ptr);
+    if (!a || !a->ipool || a->ipc_imported || a->base != (uintptr_t)ptr) RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* As the real driver (H100, 580): a pool's pointers export only after
+     * the pool itself was exported. */
+    if (!a->ipool->exported) RETURN(CUDA_ERROR_INVALID_VALUE);
+    unsigned long long d[8] = {0};
+    memcpy(d, ipc_ptr_magic, 8);
+    d[1] = a->ipool->uid;
+    d[2] = a->base - (uintptr_t)a->ipool->base;
+    d[3] = a->size;
+    memcpy(data, d, 64);
+    RETURN(0);
+}
+
+EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr, void *h, const void *data) {
+    ENTER("cuMemPoolImportPointer");
+    NEED_CTX();
+    fipcpool *p = reg_find(h, H_POOL);
+    if (!ptr || !data || !p || !p->imported) RETURN(CUDA_ERROR_INVALID_VALUE);
+    unsigned long long d[8];
+    memcpy(d, data, 64);
+    if (memcmp(d, ipc_ptr_magic, 8) != 0 || d[1] != p->uid) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (d[2] > p->size || d[3] > p->size - d[2] || d[3] == 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+    uintptr_t base = (uintptr_t)(p->base + d[2]);
+    alloc *a = find_alloc(base);
+    if (a && a->ipool == p && a->base == base && !a->free_pending) RETURN(CUDA_ERROR_ALREADY_MAPPED);
+    if (a && a->free_pending) del_alloc(a); /* imported again while its stream-ordered free waits: the free then finds nothing */
+    a = add_alloc(base, d[3], K_DEVICE, tls_cur);
+    a->dev = p->acct.dev;
+    a->ipool = p;
+    a->ipc_imported = 1;
+    *ptr = (CUdeviceptr)base;
+    RETURN(0);
+}
+
+/* Interprocess events. */
+#define IPC_EV_SLOTS 65536
+static volatile unsigned long long *ipc_table; /* 2 counters per slot */
+static int ipc_table_fd = -1;
+static int ipc_table_next;
+static long ipc_delay_ms = -1, ipc_timeout_ms = -1;
+
+static long env_ms(const char *name, long def) {
+    const char *v = getenv(name);
+    return v ? atol(v) : def;
+}
+
+static int ipc_event_slot(fevent *e) {
+    if (!ipc_table) {
+        int fd = memfd_create("fakecuda-events", 0); /* no CLOEXEC: openers find it via /proc */
+        if (fd < 0 || ftruncate(fd, IPC_EV_SLOTS * 16) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+        void *m = mmap(NULL, IPC_EV_SLOTS * 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) { close(fd); return CUDA_ERROR_OUT_OF_MEMORY; }
+        ipc_table = m;
+        ipc_table_fd = fd;
+    }
+    if (ipc_table_next >= IPC_EV_SLOTS) return CUDA_ERROR_OUT_OF_MEMORY;
+    e->ipc = &ipc_table[2 * ipc_table_next++];
+    return 0;
+}
+
+typedef struct { unsigned long long sid, ev_id, gen; } ipcrun;
+
+static void *ipc_runner(void *arg) {
+    ipcrun *r = arg;
+    if (ipc_delay_ms > 0) {
+        struct timespec ts = {ipc_delay_ms / 1000, (ipc_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&mu);
+    drain_record(r->sid, r->ev_id, r->gen);
+    pthread_mutex_unlock(&mu);
+    free(r);
+    return NULL;
+}
+
+/* ipc_recorded: e (of this process) is being recorded by o on s. */
+static void ipc_recorded(fevent *e, fstream *s, op *o) {
+    if (!e->ipc) return;
+    if (ipc_delay_ms < 0) ipc_delay_ms = env_ms("FAKECUDA_IPC_DELAY_MS", 0);
+    o->ipc_mark = e->ipc;
+    __atomic_store_n(&e->ipc[0], o->gen, __ATOMIC_RELEASE);
+    if (!s) return; /* an implicit stream runs it at once */
+    ipcrun *r = malloc(sizeof *r);
+    r->sid = s->id;
+    r->ev_id = e->id;
+    r->gen = o->gen;
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, ipc_runner, r) != 0) free(r);
+    pthread_attr_destroy(&at);
+}
+
+static int ipc_gone(int pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+static int ipc_remote_done(fevent *e) {
+    return __atomic_load_n(&e->ipc[1], __ATOMIC_ACQUIRE) >= __atomic_load_n(&e->ipc[0], __ATOMIC_ACQUIRE) || ipc_gone(e->ipc_pid);
+}
+
+/* ipc_poll waits, with the lock dropped, until *done reaches gen or pid is
+ * gone; it answers CUDA_ERROR_LAUNCH_FAILED after the timeout. */
+static int ipc_poll(volatile unsigned long long *done, unsigned long long gen, int pid) {
+    if (ipc_timeout_ms < 0) ipc_timeout_ms = env_ms("FAKECUDA_IPC_TIMEOUT_MS", 60000);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < gen) {
+        if (ipc_gone(pid)) return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > ipc_timeout_ms) return CUDA_ERROR_LAUNCH_FAILED;
+        pthread_mutex_unlock(&mu);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&mu);
+    }
+    return 0;
+}
+
+static int ipc_remote_sync(fevent *e) {
+    return ipc_poll(&e->ipc[1], __atomic_load_n(&e->ipc[0], __ATOMIC_ACQUIRE), e->ipc_pid);
+}
+
+/* A stream whose head is a wait on another process runs nothing else
+ * meanwhile: other threads that step it wait until that wait is over. */
+static void ipc_wait_busy(fstream *s) {
+    while (s->busy) {
+        pthread_mutex_unlock(&mu);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&mu);
+    }
+}
+
+static int ipc_wait_op(fstream *s, op *o) {
+    s->busy = 1;
+    int r = ipc_poll(o->ipc_done, o->gen, o->ipc_pid);
+    s->busy = 0;
+    return r;
+}
+
+static int ipc_remote_wait(fstream *s, fctx *c, fevent *e, uintptr_t h) {
+    unsigned long long gen = __atomic_load_n(&e->ipc[0], __ATOMIC_ACQUIRE);
+    if (!gen) return 0; /* never recorded: nothing to wait for */
+    log_order('w', h, 0);
+    op *o = new_op(OP_WAIT);
+    o->gen = gen;
+    o->ipc_done = &e->ipc[1];
+    o->ipc_pid = e->ipc_pid;
+    if (!s) { /* an implicit stream waits now */
+        int r = ipc_poll(o->ipc_done, gen, o->ipc_pid);
+        free(o);
+        return r;
+    }
+    o->ctx = c;
+    if (s->tail) s->tail->next = o; else s->head = o;
+    s->tail = o;
+    s->npending++;
+    return 0;
+}
+
+EXPORT CUresult cuIpcGetEventHandle(void *handle, void *h) {
+    ENTER("cuIpcGetEventHandle");
+    NEED_INIT();
+    fevent *e = reg_find(h, H_EVENT);
+    if (!handle) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!e || !e->ipc || e->ipc_pid) RETURN(CUDA_ERROR_INVALID_HANDLE);
+    unsigned long long d[8] = {0};
+    memcpy(d, ipc_ev_magic, 8);
+    d[1] = (unsigned long long)getpid();
+    d[2] = (unsigned long long)ipc_table_fd;
+    d[3] = (unsigned long long)((e->ipc - ipc_table) / 2);
+    memcpy(handle, d, 64);
+    RETURN(0);
+}
+
+typedef struct { char bytes[64]; } fipchandle;
+
+/* Tables of other processes, mapped once per process. */
+static struct { int pid; volatile unsigned long long *table; } ipc_peers[256];
+static int nipc_peers;
+
+EXPORT CUresult cuIpcOpenEventHandle(void **pe, fipchandle handle) {
+    ENTER("cuIpcOpenEventHandle");
+    NEED_CTX();
+    unsigned long long d[8];
+    memcpy(d, handle.bytes, 64);
+    if (!pe || memcmp(d, ipc_ev_magic, 8) != 0 || d[3] >= IPC_EV_SLOTS) RETURN(CUDA_ERROR_INVALID_VALUE);
+    int pid = (int)d[1];
+    volatile unsigned long long *table = NULL;
+    if (pid == getpid()) table = ipc_table;
+    for (int i = 0; i < nipc_peers && !table; i++)
+        if (ipc_peers[i].pid == pid) table = ipc_peers[i].table;
+    if (!table) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%llu", pid, d[2]);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+        void *m = mmap(NULL, IPC_EV_SLOTS * 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) RETURN(CUDA_ERROR_INVALID_VALUE);
+        table = m;
+        if (nipc_peers < 256) {
+            ipc_peers[nipc_peers].pid = pid;
+            ipc_peers[nipc_peers++].table = table;
+        }
+    }
+    if (!table) RETURN(CUDA_ERROR_INVALID_VALUE);
+    fevent *e = calloc(1, sizeof *e);
+    e->id = next_event_id++;
+    e->ctx = tls_cur;
+    e->flags = 6;
+    e->ipc = &table[2 * d[3]];
+    e->ipc_pid = pid;
+    if (nevents == capevents) {
+        capevents = capevents ? 2 * capevents : 16;
+        events = realloc(events, capevents * sizeof *events);
+    }
+    events[nevents++] = e;
+    reg_add(e, H_EVENT);
+    *pe = e;
+    RETURN(0);
+}
+
+/* fakecuda_ipc_pool_used: bytes allocated from IPC pool h (-1: not one). */
+EXPORT long long fakecuda_ipc_pool_used(void *h) {
+    pthread_mutex_lock(&mu);
+    fipcpool *p = reg_find(h, H_POOL);
+    long long n = p ? (long long)p->acct.used : -1;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 /* ----------------------------------------------------- context destruction */

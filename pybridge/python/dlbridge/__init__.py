@@ -19,7 +19,8 @@ overrides which library is loaded.
 The Go runtime does not survive fork(): in a child forked after the library
 was loaded, dlbridge raises RuntimeError (use multiprocessing's 'spawn' or
 'forkserver' start method, as for CUDA in PyTorch). Tensors pickle by value
-(their bytes, dtype, shape and device), so they can be sent to such workers.
+(their bytes, dtype, shape and device), so they can be sent to such workers;
+multiprocessing sends CUDA tensors by handle instead (dlbridge.ipc).
 """
 
 import copyreg as _copyreg
@@ -117,6 +118,9 @@ def _rebuild(data, dtype, shape, device):
 
 
 _copyreg.pickle(Tensor, _reduce)
+
+# multiprocessing pickles CUDA tensors by handle (dlbridge.ipc).
+from . import ipc  # noqa: E402
 
 __all__ = [
     "Event",

@@ -1,0 +1,174 @@
+package capi
+
+/*
+#include <stdint.h>
+#include "capi.h"
+*/
+import "C"
+
+import (
+	"time"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/pybridge"
+)
+
+// The entry points of dlbridge.ipc (pybridge/ipc.go): pools, sockets and
+// connections are handles of their own; tensors are tensor handles.
+
+//export dlb_ipc_pool_new
+func dlb_ipc_pool_new(dev C.int32_t, limit C.int64_t, out *C.uint64_t) C.int32_t {
+	return fence(func() error {
+		h, err := pybridge.IPCPoolNew(int32(dev), int64(limit))
+		if err == nil {
+			*out = C.uint64_t(h)
+		}
+		return err
+	})
+}
+
+//export dlb_ipc_pool_empty
+func dlb_ipc_pool_empty(pool C.uint64_t, dtype *C.char, ndim C.int32_t, shape *C.int64_t, zero C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		dt, err := parseDType(dtype)
+		if err != nil {
+			return err
+		}
+		sh, err := int64s(shape, ndim)
+		if err != nil {
+			return err
+		}
+		v, err := pybridge.IPCPoolEmpty(pybridge.Handle(pool), dt, sh, zero != 0)
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+//export dlb_ipc_pool_copy_in
+func dlb_ipc_pool_copy_in(pool, h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		v, err := pybridge.IPCPoolCopyIn(pybridge.Handle(pool), t)
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+//export dlb_ipc_pool_usage
+func dlb_ipc_pool_usage(pool C.uint64_t, out *C.int64_t) C.int32_t {
+	return fence(func() error {
+		r, u, live, err := pybridge.IPCPoolUsage(pybridge.Handle(pool))
+		if err == nil {
+			o := (*[3]C.int64_t)(unsafe.Pointer(out)) // sound: the caller passes an array of 3
+			o[0], o[1], o[2] = C.int64_t(r), C.int64_t(u), C.int64_t(live)
+		}
+		return err
+	})
+}
+
+func handleOut(out *C.uint64_t, f func() (pybridge.Handle, error)) C.int32_t {
+	return fence(func() error {
+		h, err := f()
+		if err == nil {
+			*out = C.uint64_t(h)
+		}
+		return err
+	})
+}
+
+//export dlb_ipc_listen
+func dlb_ipc_listen(path *C.char, out *C.uint64_t) C.int32_t {
+	p := C.GoString(path)
+	return handleOut(out, func() (pybridge.Handle, error) { return pybridge.IPCListen(p) })
+}
+
+//export dlb_ipc_accept
+func dlb_ipc_accept(l C.uint64_t, out *C.uint64_t) C.int32_t {
+	return handleOut(out, func() (pybridge.Handle, error) { return pybridge.IPCAccept(pybridge.Handle(l)) })
+}
+
+//export dlb_ipc_dial
+func dlb_ipc_dial(path *C.char, out *C.uint64_t) C.int32_t {
+	p := C.GoString(path)
+	return handleOut(out, func() (pybridge.Handle, error) { return pybridge.IPCDial(p) })
+}
+
+//export dlb_ipc_serve
+func dlb_ipc_serve(path *C.char, out *C.uint64_t) C.int32_t {
+	p := C.GoString(path)
+	return handleOut(out, func() (pybridge.Handle, error) { return pybridge.IPCServe(p) })
+}
+
+//export dlb_ipc_offer
+func dlb_ipc_offer(srv, pool, h C.uint64_t, ttlMS C.int64_t, uses C.int32_t, out *C.uint64_t) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		tok, err := pybridge.IPCOffer(pybridge.Handle(srv), pybridge.Handle(pool), t, time.Duration(ttlMS)*time.Millisecond, int(uses))
+		if err == nil {
+			*out = C.uint64_t(tok)
+		}
+		return err
+	})
+}
+
+//export dlb_ipc_claim
+func dlb_ipc_claim(conn, token C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		v, err := pybridge.IPCClaim(pybridge.Handle(conn), uint64(token))
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+//export dlb_ipc_send
+func dlb_ipc_send(conn, pool, h C.uint64_t, stream C.int64_t) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		return pybridge.IPCSend(pybridge.Handle(conn), pybridge.Handle(pool), t, uintptr(stream))
+	})
+}
+
+//export dlb_ipc_recv
+func dlb_ipc_recv(conn C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return fence(func() error {
+		v, err := pybridge.IPCRecv(pybridge.Handle(conn))
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	})
+}
+
+//export dlb_ipc_leases
+func dlb_ipc_leases(conn C.uint64_t, out *C.int64_t) C.int32_t {
+	return fence(func() error {
+		n, err := pybridge.IPCLeases(pybridge.Handle(conn))
+		if err == nil {
+			*out = C.int64_t(n)
+		}
+		return err
+	})
+}
+
+//export dlb_ipc_close
+func dlb_ipc_close(h C.uint64_t) C.int32_t {
+	return fence(func() error { return pybridge.IPCClose(pybridge.Handle(h)) })
+}

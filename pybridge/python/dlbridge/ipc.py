@@ -1,0 +1,305 @@
+"""dlbridge.ipc: CUDA tensors shared between processes on one node by
+handle, without copies, ordered on the GPU both ways, with leases.
+
+A producer allocates from an IPC pool (a stream-ordered pool of one device
+created for POSIX file-descriptor handles, separate from the default pool,
+with a size limit) and sends tensors over a Unix domain socket; the pool's
+file descriptor travels once per peer (SCM_RIGHTS), then small descriptors.
+The consumer's ``recv`` returns a dlbridge Tensor over the producer's memory:
+hand it to PyTorch or CuPy with ``torch.from_dlpack(t)`` / ``cupy.from_dlpack(t)``
+(no copy; their stream waits for the producer's "ready" event on the GPU).
+Closing it (``t.close()``, or when it is collected) gives the lease back; the
+producer's free waits, on the GPU, for the consumer's work queued until
+then. A consumer that dies gives its leases back::
+
+    # producer                                # consumer
+    pool = dlbridge.ipc.Pool(0, 1 << 30)      conn = dlbridge.ipc.connect(path)
+    ln = dlbridge.ipc.listen(path)            t = conn.recv()
+    conn = ln.accept()                        x = torch.from_dlpack(t)
+    t = pool.zeros((1024, 1024), "float32")   ...
+    conn.send(t)                              del x; t.close()
+
+Under multiprocessing's 'spawn' and 'forkserver' start methods a CUDA
+Tensor pickles by handle (as torch.multiprocessing does): memory of an IPC
+pool is shared as it is, other CUDA memory is first copied (on the device)
+into this process's sharing pool. ``set_sharing_strategy("value")`` makes
+them pickle by value again, as plain ``pickle`` always does. The Go API
+behind this is package zerocopy/ipc; docs/ipc.md has the design.
+"""
+
+import ctypes
+import os
+import tempfile
+import threading
+import uuid
+
+from . import _lib
+from ._tensor import Tensor, _dtype_bytes, _i64_array, _new
+
+_u64, _i64, _i32 = ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32
+_pu64, _pi64 = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int64)
+_pinfo = ctypes.POINTER(_lib.Info)
+_cstr = ctypes.c_char_p
+
+_pool_new = _lib._declare("dlb_ipc_pool_new", _i32, _i32, _i64, _pu64)
+_pool_empty = _lib._declare("dlb_ipc_pool_empty", _i32, _u64, _cstr, _i32, _pi64, _i32, _pu64, _pinfo)
+_pool_copy_in = _lib._declare("dlb_ipc_pool_copy_in", _i32, _u64, _u64, _pu64, _pinfo)
+_pool_usage = _lib._declare("dlb_ipc_pool_usage", _i32, _u64, _pi64)
+_listen = _lib._declare("dlb_ipc_listen", _i32, _cstr, _pu64)
+_accept = _lib._declare("dlb_ipc_accept", _i32, _u64, _pu64)
+_dial = _lib._declare("dlb_ipc_dial", _i32, _cstr, _pu64)
+_serve = _lib._declare("dlb_ipc_serve", _i32, _cstr, _pu64)
+_offer = _lib._declare("dlb_ipc_offer", _i32, _u64, _u64, _u64, _i64, _i32, _pu64)
+_claim = _lib._declare("dlb_ipc_claim", _i32, _u64, _u64, _pu64, _pinfo)
+_send = _lib._declare("dlb_ipc_send", _i32, _u64, _u64, _u64, _i64)
+_recv = _lib._declare("dlb_ipc_recv", _i32, _u64, _pu64, _pinfo)
+_leases = _lib._declare("dlb_ipc_leases", _i32, _u64, _pi64)
+_close = _lib._declare("dlb_ipc_close", _i32, _u64)
+
+_ENDED = "dlbridge.ipc: the connection ended"
+
+
+def _handle(fn, *args):
+    h = ctypes.c_uint64()
+    _lib.check(fn(*args, ctypes.byref(h)))
+    return h.value
+
+
+def _path(path):
+    path = os.fspath(path)
+    if isinstance(path, str):
+        path = path.encode()
+    return path
+
+
+class _Object:
+    """A handle of the library's IPC table, closed once."""
+
+    _h = 0
+
+    def close(self):
+        h, self._h = self._h, 0
+        if h:
+            _lib.check(_close(h))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _live(self):
+        if not self._h:
+            raise ValueError("dlbridge.ipc: %s is closed" % type(self).__name__)
+        return self._h
+
+
+class Pool(_Object):
+    """An IPC memory pool on CUDA device ``device`` that reserves at most
+    ``limit`` bytes. Tensors allocated from it can be sent to other
+    processes; their memory is freed once this process closed them and
+    every peer gave its lease back."""
+
+    def __init__(self, device=0, limit=1 << 30):
+        if hasattr(device, "index"):  # torch.device / "cuda:N" objects
+            device = device.index or 0
+        elif isinstance(device, str):
+            device = int(device.split(":")[1]) if ":" in device else 0
+        self.device = int(device)
+        self._h = _handle(_pool_new, self.device, int(limit))
+
+    def empty(self, shape, dtype="float32"):
+        """An uninitialized C-contiguous tensor from the pool."""
+        return self._alloc(shape, dtype, 0)
+
+    def zeros(self, shape, dtype="float32"):
+        """A zero-filled C-contiguous tensor from the pool."""
+        return self._alloc(shape, dtype, 1)
+
+    def _alloc(self, shape, dtype, zero):
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        return _new(_pool_empty, self._live(), _dtype_bytes(dtype), len(dims), _i64_array(dims), zero)
+
+    def copy_in(self, t):
+        """A copy of tensor t (any device; DLPack objects too) in the pool:
+        the explicit way to share memory allocated elsewhere."""
+        if not isinstance(t, Tensor):
+            from ._tensor import from_dlpack
+
+            t = from_dlpack(t)
+        return _new(_pool_copy_in, self._live(), t._handle())
+
+    def usage(self):
+        """(reserved bytes, used bytes, live allocations)."""
+        out = (ctypes.c_int64 * 3)()
+        _lib.check(_pool_usage(self._live(), out))
+        return tuple(out)
+
+
+class Connection(_Object):
+    """One end of a connection: either side may send and receive."""
+
+    def __init__(self, h):
+        self._h = h
+
+    def send(self, tensor, pool=None, stream=None):
+        """Send ``tensor`` (memory of ``pool``; None: the pool of this process
+        that holds it) to the peer, to be used after
+        the work queued on ``stream`` (a handle, ``__cuda_stream__`` object
+        or torch/CuPy stream; None: the tensor's pending write). BufferError
+        for memory that is not the pool's (see Pool.copy_in)."""
+        from ._stream import as_stream_handle
+
+        s = 0 if stream is None else as_stream_handle(stream)
+        _lib.check(_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), s))
+
+    def recv(self):
+        """The next tensor the peer sent (a view of the peer's memory, no
+        copy). EOFError once the peer closed the connection or died."""
+        try:
+            return _new(_recv, self._live())
+        except BufferError as e:
+            if str(e).startswith(_ENDED):
+                raise EOFError(str(e)) from None
+            raise
+
+    def claim(self, token):
+        """The tensor a Server offered under ``token``."""
+        return _new(_claim, self._live(), int(token))
+
+    @property
+    def leases(self):
+        """Tensors sent over this connection that the peer still holds."""
+        n = ctypes.c_int64()
+        _lib.check(_leases(self._live(), ctypes.byref(n)))
+        return n.value
+
+
+class Listener(_Object):
+    """Listens on a Unix socket path for peers."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._h = _handle(_listen, _path(path))
+
+    def accept(self):
+        """Wait for the next peer (the GIL is released meanwhile)."""
+        return Connection(_handle(_accept, self._live()))
+
+
+def listen(path):
+    """A Listener on the Unix socket ``path``."""
+    return Listener(path)
+
+
+def connect(path):
+    """A Connection to the Listener or Server at ``path``."""
+    return Connection(_handle(_dial, _path(path)))
+
+
+class Server(_Object):
+    """Offers tensors that other processes claim by token
+    (Connection.claim): each claim is a lease of its own."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._h = _handle(_serve, _path(path))
+
+    def offer(self, tensor, pool=None, ttl=300.0, uses=0):
+        """Offer ``tensor`` (memory of ``pool``; None: the pool of this
+        process that holds it) for ``ttl`` seconds, ``uses`` claims (0: any
+        number); returns the token."""
+        ph = pool._live() if pool is not None else 0
+        return _handle(_offer, self._live(), ph, tensor._handle(), int(ttl * 1000), int(uses))
+
+
+def serve(path, pool, handler, daemon=True):
+    """Accept peers on ``path`` in a thread, calling ``handler(conn, pool)``
+    for each in a thread of its own; returns the Listener (close it to
+    stop)."""
+    ln = Listener(path)
+
+    def loop():
+        while True:
+            try:
+                c = ln.accept()
+            except Exception:
+                return
+            threading.Thread(target=handler, args=(c, pool), daemon=daemon).start()
+
+    threading.Thread(target=loop, daemon=daemon).start()
+    return ln
+
+
+# ------------------------------------------------------------- pickling
+
+_strategy = os.environ.get("DLBRIDGE_IPC_SHARING", "handle")
+_share_lock = threading.Lock()
+_share = {}  # device -> (server, pool), made on the first pickle
+_conns = {}  # socket path -> Connection, in the unpickling process
+_OFFER_TTL = float(os.environ.get("DLBRIDGE_IPC_OFFER_TTL", "300"))
+_POOL_LIMIT = int(os.environ.get("DLBRIDGE_IPC_POOL_LIMIT", str(16 << 30)))
+
+
+def set_sharing_strategy(strategy):
+    """How multiprocessing pickles CUDA tensors: "handle" (the default:
+    the other process maps the same memory) or "value" (their bytes)."""
+    global _strategy
+    if strategy not in ("handle", "value"):
+        raise ValueError("dlbridge.ipc: sharing strategy %r: want 'handle' or 'value'" % (strategy,))
+    _strategy = strategy
+
+
+def get_sharing_strategy():
+    return _strategy
+
+
+def _sharing(device):
+    with _share_lock:
+        got = _share.get(device)
+        if got is None:
+            path = os.path.join(tempfile.gettempdir(), "dlbridge-%d-%s.sock" % (os.getpid(), uuid.uuid4().hex[:8]))
+            got = (Server(path), Pool(device, _POOL_LIMIT))
+            _share[device] = got
+        return got
+
+
+def _reduce_for_process(t):
+    from . import _reduce
+
+    dev = t.device
+    if _strategy == "value" or not dev.startswith("cuda"):
+        return _reduce(t)
+    try:
+        server, pool = _sharing(int(dev.split(":")[1]))
+        try:
+            token = server.offer(t, None, _OFFER_TTL, 1)  # memory of an IPC pool: as it is
+        except BufferError:  # other memory: one copy on the device, into the sharing pool
+            with pool.copy_in(t) as c:
+                token = server.offer(c, pool, _OFFER_TTL, 1)
+    except (BufferError, RuntimeError, OSError, ValueError):
+        return _reduce(t)  # IPC not possible here: by value
+    return _rebuild_shared, (server.path, token)
+
+
+def _rebuild_shared(path, token):
+    with _share_lock:
+        c = _conns.get(path)
+        if c is None:
+            c = _conns[path] = connect(path)
+    return c.claim(token)
+
+
+def _register():
+    from multiprocessing.reduction import ForkingPickler
+
+    ForkingPickler.register(Tensor, _reduce_for_process)
+
+
+_register()

@@ -1,0 +1,99 @@
+"""The consumer process of test_ipc.py: connects to a dlbridge.ipc producer
+(the Go program internal/ipcproducer, or a Python one) and checks, holds or
+times what it receives. Run as: python ipc_consumer.py MODE SOCKET N.
+
+check  receive N tensors; tensor i must hold i+1 everywhere; close each.
+hold   receive N tensors, check them, keep every tenth and close the
+       others; print "holding K" and wait to be killed.
+early  like check, but first read each tensor's memory directly through the
+       driver, without waiting for the producer, and print how many reads
+       saw the data already ("early K"): the control that shows a slow
+       producer is slow.
+torch  like check, through torch.from_dlpack on a torch stream of its own.
+time   hand-overs of one tensor (internal/ipcproducer -bytes): receive N,
+       time each recv (socket to ready view), print "handover BYTES MEDIAN_NS".
+"""
+
+import ctypes
+import os
+import sys
+import time
+
+import numpy
+
+import dlbridge
+import dlbridge.ipc
+
+
+def values(t):
+    return numpy.from_dlpack(t.to("cpu"))
+
+
+def raw_first_word(t):
+    lib = ctypes.CDLL(os.environ.get("DLBRIDGE_LIBCUDA") or "libcuda.so.1")
+    ctx = ctypes.c_void_p()
+    lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0)
+    lib.cuCtxSetCurrent(ctx)
+    w = ctypes.c_uint32()
+    rc = lib.cuMemcpyDtoH_v2(ctypes.byref(w), ctypes.c_uint64(t.data_ptr()), ctypes.c_size_t(4))
+    if rc:
+        raise RuntimeError("cuMemcpyDtoH_v2: %d" % rc)
+    return w.value
+
+
+def main():
+    mode, sock, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    conn = dlbridge.ipc.connect(sock)
+    if mode == "time":
+        times = []
+        nbytes = 0
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            t = conn.recv()
+            times.append(time.perf_counter_ns() - t0)
+            nbytes = t.nbytes
+            t.close()
+        times.sort()
+        print("handover", nbytes, times[len(times) // 2], flush=True)
+        return
+    held, early = [], 0
+    stream = None
+    if mode == "torch":
+        import torch
+
+        stream = torch.cuda.Stream()
+    for i in range(n):
+        try:
+            t = conn.recv()
+        except EOFError:
+            break
+        if mode == "early" and raw_first_word(t) == i + 1:
+            early += 1
+        if mode == "torch":
+            import torch
+
+            with torch.cuda.stream(stream):
+                x = torch.from_dlpack(t)
+                ok = bool((x == i + 1).all().item())
+            del x
+        else:
+            v = values(t)
+            ok = bool((v == i + 1).all())
+        if not ok:
+            print("wrong", i, flush=True)
+            sys.exit(1)
+        if mode == "hold" and i % 10 == 0:
+            held.append(t)
+        else:
+            t.close()
+    if mode == "hold":
+        print("holding", len(held), flush=True)
+        time.sleep(3600)
+    if mode == "early":
+        print("early", early, flush=True)
+    print("ok", n, flush=True)
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()

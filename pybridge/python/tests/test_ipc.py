@@ -1,0 +1,261 @@
+"""dlbridge.ipc across real processes: a Go producer (internal/ipcproducer,
+built with CGO_ENABLED=0) and Python consumers, Python to Python, leases,
+a killed consumer, a slow producer, and multiprocessing pickling by
+handle. Against the fake driver (make pytest-fakecuda) its IPC pools and
+events are shared memory between the processes; on a GPU machine the real
+driver's. The Go producer is DLBRIDGE_IPC_PRODUCER, or built here with go.
+"""
+
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+import dlbridge
+import dlbridge.ipc
+
+pytestmark = pytest.mark.gpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONSUMER = os.path.join(HERE, "ipc_consumer.py")
+
+
+def _repo_root():
+    d = HERE
+    while True:
+        if os.path.exists(os.path.join(d, "go.mod")) and os.path.isdir(os.path.join(d, "internal", "ipcproducer")):
+            return d
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
+
+
+@pytest.fixture(scope="module")
+def producer(tmp_path_factory):
+    exe = os.environ.get("DLBRIDGE_IPC_PRODUCER")
+    if exe:
+        return exe
+    go, root = shutil.which("go"), _repo_root()
+    if go is None or root is None:
+        pytest.skip("needs go and the repository (or DLBRIDGE_IPC_PRODUCER) for the Go producer")
+    exe = str(tmp_path_factory.mktemp("ipc") / "ipcproducer")
+    env = dict(os.environ, CGO_ENABLED="0")
+    subprocess.run([go, "build", "-o", exe, "./internal/ipcproducer"], cwd=root, env=env, check=True)
+    return exe
+
+
+def _start(args, env=None):
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+                            env=dict(os.environ, **(env or {})))
+
+
+def _line(p, prefix):
+    line = p.stdout.readline()
+    assert line.startswith(prefix), "got %r, want %r..." % (line, prefix)
+    return line.split()[1:]
+
+
+def _consumer(mode, sock, n, env=None):
+    return _start([sys.executable, CONSUMER, mode, sock, str(n)], env)
+
+
+def _run_go(producer, sock, consumer_mode, n, window=8, producer_env=None, kill=False):
+    prod = _start([producer, "-sock", sock, "-n", str(n), "-elems", "1024", "-window", str(window)], producer_env)
+    base = int(_line(prod, "baseline")[0])
+    cons = _consumer(consumer_mode, sock, n)
+    try:
+        if kill:
+            held = int(_line(cons, "holding")[0])
+            assert held > 0
+            cons.send_signal(signal.SIGKILL)
+            cons.wait(60)
+            out = None
+        else:
+            out = cons.stdout.read()
+            assert cons.wait(120) == 0, out
+        sent = int(_line(prod, "sent")[0])
+        used, live = map(int, _line(prod, "final"))
+        assert prod.wait(60) == 0
+    finally:
+        for p in (prod, cons):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return base, sent, used, live, out
+
+
+def test_go_producer_python_consumer(producer, tmp_path):
+    """1,000 tensors from a CGO_ENABLED=0 Go process, each checked in
+    Python; every lease comes back: the pool returns to its baseline."""
+    base, sent, used, live, out = _run_go(producer, str(tmp_path / "s"), "check", 1000)
+    assert sent == 1000
+    assert "ok 1000" in out
+    assert (used, live) == (base, 0)
+
+
+def test_killed_consumer_gives_leases_back(producer, tmp_path):
+    """A consumer killed while it holds tensors: the producer's pool
+    returns to its baseline all the same."""
+    base, sent, used, live, _ = _run_go(producer, str(tmp_path / "s"), "hold", 500, window=64, kill=True)
+    assert sent >= 50
+    assert (used, live) == (base, 0)
+
+
+def test_slow_producer_never_read_early(producer, fake_driver, tmp_path):
+    """The producer's writes run late (the fake runs its stream 200 ms after
+    each ready record): the consumer still sees every value, while direct
+    reads that skip the wait see the memory before the write."""
+    base, sent, used, live, out = _run_go(producer, str(tmp_path / "s"), "early", 5, window=1,
+                                          producer_env={"FAKECUDA_IPC_DELAY_MS": "200"})
+    assert "ok 5" in out
+    assert "early 0" in out, out
+    assert (used, live) == (base, 0)
+
+
+def _py_producer(sock, n, ready):
+    pool = dlbridge.ipc.Pool(0, 64 << 20)
+    ln = dlbridge.ipc.listen(sock)
+    ready.set()
+    conn = ln.accept()
+    for i in range(n):
+        t = pool.empty((n + 1, 3), "uint32")
+        t.fill_(i + 1)
+        conn.send(t, pool)
+        t.close()
+    while conn.leases:
+        pass
+    conn.close()
+    return pool
+
+
+def test_python_to_python(tmp_path):
+    """A Python producer and a Python consumer process; leases all back."""
+    import threading
+
+    sock = str(tmp_path / "s")
+    ready = threading.Event()
+    result = {}
+    th = threading.Thread(target=lambda: result.update(pool=_py_producer(sock, 50, ready)))
+    th.start()
+    ready.wait(30)
+    cons = _consumer("check", sock, 50)
+    out = cons.stdout.read()
+    assert cons.wait(60) == 0, out
+    th.join(60)
+    pool = result["pool"]
+    dlbridge.synchronize(0)
+    assert pool.usage()[2] == 0
+    pool.close()
+
+
+def test_send_refuses_other_memory(driver, tmp_path):
+    """Memory that is not an IPC pool's is refused with BufferError;
+    Pool.copy_in makes a copy that can go. (Receiving in the same process
+    works on the fake driver only: the real one opens no interprocess event
+    of its own process.)"""
+    sock = str(tmp_path / "s")
+    pool = dlbridge.ipc.Pool(0, 1 << 20)
+    ln = dlbridge.ipc.listen(sock)
+    peer = dlbridge.ipc.connect(sock)
+    conn = ln.accept()
+    t = dlbridge.zeros(4, device="cuda:0")
+    with pytest.raises(BufferError, match="not allocated from this IPC pool"):
+        conn.send(t, pool)
+    c = pool.copy_in(t)
+    conn.send(c, pool)
+    if driver.fake:
+        got = peer.recv()
+        assert numpy.from_dlpack(got.to("cpu")).tolist() == [0, 0, 0, 0]
+        got.close()
+    c.close()
+    peer.close()
+    conn.close()
+    with pytest.raises(EOFError):
+        _closed_recv(ln, sock)
+    ln.close()
+    pool.close()
+    with pytest.raises(ValueError):
+        pool.empty(3)
+
+
+def _closed_recv(ln, sock):
+    c = dlbridge.ipc.connect(sock)
+    s = ln.accept()
+    s.close()
+    c.recv()
+
+
+# ---- multiprocessing: CUDA tensors pickle by handle ----
+
+def _child_check_and_write(t, q):
+    import numpy
+
+    q.put(numpy.from_dlpack(t.to("cpu")).tolist())
+    t.fill_(7)
+    dlbridge.synchronize(0)
+    t.close()
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_pickle_by_handle_shares_memory(method):
+    """Under spawn and forkserver a tensor of an IPC pool reaches the worker
+    by handle: what the worker writes, the parent reads."""
+    pool = dlbridge.ipc.Pool(0, 16 << 20)
+    t = pool.zeros(5, "float32")
+    t.fill_(3)
+    ctx = multiprocessing.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_check_and_write, args=(t, q))
+    p.start()
+    assert q.get(timeout=120) == [3.0] * 5
+    p.join(120)
+    assert p.exitcode == 0
+    assert numpy.from_dlpack(t.to("cpu")).tolist() == [7.0] * 5
+
+
+def test_pickle_other_cuda_memory_and_by_value():
+    """Memory from elsewhere goes by handle to a copy (the parent's tensor
+    is untouched by the worker); asked for "value", tensors go by value."""
+    ctx = multiprocessing.get_context("spawn")
+    t = dlbridge.zeros(4, device="cuda:0")
+    t.fill_(2)
+    for strategy in ("handle", "value"):
+        dlbridge.ipc.set_sharing_strategy(strategy)
+        try:
+            q = ctx.Queue()
+            p = ctx.Process(target=_child_check_and_write, args=(t, q))
+            p.start()
+            assert q.get(timeout=120) == [2.0] * 4
+            p.join(120)
+            assert p.exitcode == 0
+        finally:
+            dlbridge.ipc.set_sharing_strategy("handle")
+        assert numpy.from_dlpack(t.to("cpu")).tolist() == [2.0] * 4
+    with pytest.raises(ValueError):
+        dlbridge.ipc.set_sharing_strategy("bytes")
+
+
+def test_torch_consumer_slow_producer(producer, tmp_path):
+    """Go producer -> Python consumer -> torch on a stream of its own, with
+    a producer kernel that spins 20 ms before it writes each tensor: every
+    value torch reads is the written one."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA")
+    sock = str(tmp_path / "s")
+    prod = _start([producer, "-sock", sock, "-n", "20", "-elems", str(1 << 20), "-window", "2", "-spin", "20ms"])
+    base = int(_line(prod, "baseline")[0])
+    cons = _consumer("torch", sock, 20)
+    out = cons.stdout.read()
+    assert cons.wait(120) == 0, out
+    assert "ok 20" in out
+    assert int(_line(prod, "sent")[0]) == 20
+    used, live = map(int, _line(prod, "final"))
+    assert prod.wait(60) == 0
+    assert (used, live) == (base, 0)

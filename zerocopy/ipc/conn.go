@@ -1,0 +1,567 @@
+package ipc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// The wire: a SOCK_SEQPACKET Unix socket (message boundaries kept), one
+// message per packet, its first byte the kind.
+//
+//	msgPool    pool id (16), device UUID (16); the pool's file descriptor
+//	           rides along (SCM_RIGHTS). Sent once per pool and peer,
+//	           before the first tensor of that pool.
+//	msgTensor  a Descriptor (MarshalBinary).
+//	msgRelease lease (8), has-event (1), the "done" event's handle (64):
+//	           the importer is done with the lease once that event's record
+//	           completes on its device.
+//	msgClaim   token (8): asks a Server for the tensor it offered under
+//	           token; answered by a msgTensor with Tag = token, or
+//	msgRefuse  token (8), a message.
+const (
+	msgPool    = 1
+	msgTensor  = 2
+	msgRelease = 3
+	msgClaim   = 4
+	msgRefuse  = 5
+)
+
+const maxPacket = 1 << 16
+
+// Conn is one end of a connection between two processes, either of which
+// may send tensors (Send) and receive them (Recv). A Conn's sends and
+// receives may be called from several goroutines.
+type Conn struct {
+	uc  *net.UnixConn
+	dev int // the device imports are made on (the one of the peer's pool)
+
+	wmu sync.Mutex // one packet at a time
+
+	mu        sync.Mutex
+	sentPools map[[16]byte]bool
+	leases    map[uint64]*lease // exported to the peer, not yet given back
+	nextLease uint64
+	doneOpen  map[cuda.IPCEventHandle]*cuda.Event // the peer's done events, opened here
+	err       error                               // why the connection ended
+	imp       *importer
+	closing   bool // Close was called: close the socket when no import is open
+	closed    bool
+
+	claims  map[uint64]chan claimResult // Claim calls waiting for their answer
+	onClaim func(c *Conn, token uint64) // a Server's: answers msgClaim
+
+	lastImport atomic.Int64 // nanoseconds the last tensor message took to become a view
+
+	queue  []claimResult // received, not yet taken by Recv
+	ended  bool          // the reader stopped
+	qcond  *sync.Cond    // on mu: queue or ended changed
+	exited chan struct{} // closed when the reader stops
+}
+
+// Listener accepts connections on a Unix socket path.
+type Listener struct {
+	ul *net.UnixListener
+}
+
+// Listen listens on the Unix socket path (removed first if a stale socket
+// is there).
+func Listen(path string) (*Listener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
+	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("ipc: Listen: %w", err)
+	}
+	return &Listener{ul: ul}, nil
+}
+
+// Addr is the socket path.
+func (l *Listener) Addr() string { return l.ul.Addr().String() }
+
+// Accept waits for the next peer.
+func (l *Listener) Accept() (*Conn, error) {
+	uc, err := l.ul.AcceptUnix()
+	if err != nil {
+		return nil, fmt.Errorf("ipc: Accept: %w", err)
+	}
+	return newConn(uc), nil
+}
+
+// Close stops listening and removes the socket.
+func (l *Listener) Close() error { return l.ul.Close() }
+
+// Dial connects to a Listener's socket path.
+func Dial(path string) (*Conn, error) {
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("ipc: Dial: %w", err)
+	}
+	return newConn(uc), nil
+}
+
+// NewConn wraps a connected SOCK_SEQPACKET Unix socket (for example one end
+// of a socketpair handed to a child process).
+func NewConn(uc *net.UnixConn) *Conn { return newConn(uc) }
+
+func newConn(uc *net.UnixConn) *Conn { return newConnWith(uc, nil) }
+
+func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64)) *Conn {
+	c := &Conn{
+		onClaim:   onClaim,
+		uc:        uc,
+		dev:       -1,
+		sentPools: map[[16]byte]bool{},
+		leases:    map[uint64]*lease{},
+		doneOpen:  map[cuda.IPCEventHandle]*cuda.Event{},
+		claims:    map[uint64]chan claimResult{},
+		exited:    make(chan struct{}),
+	}
+	c.qcond = sync.NewCond(&c.mu)
+	c.imp = newImporter(c)
+	go c.read()
+	return c
+}
+
+func (c *Conn) write(b []byte, fd int) error {
+	var oob []byte
+	if fd >= 0 {
+		oob = syscall.UnixRights(fd)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n, _, err := c.uc.WriteMsgUnix(b, oob, nil)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// Send shares v, a view of p's memory, with the peer: the pool's
+// descriptor first if this peer has not had it, then the tensor's
+// descriptor. The peer may use the memory after the work queued on s (nil:
+// the view's pending stream) is done: it waits for that on its device,
+// never on the host. The memory stays allocated until the peer released
+// the tensor (or went away), whatever the producer does with v.
+func (c *Conn) Send(p *Pool, v *zerocopy.View, s *cuda.Stream) error {
+	return c.send(p, v, s, 0)
+}
+
+func (c *Conn) send(p *Pool, v *zerocopy.View, s *cuda.Stream, tag uint64) error {
+	d, l, err := p.export(v, s)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.closed || c.closing || c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		l.end()
+		if err == nil {
+			err = ErrClosed
+		}
+		return fmt.Errorf("ipc: Send: %w", err)
+	}
+	c.nextLease++
+	d.Lease, d.Tag = c.nextLease, tag
+	c.leases[d.Lease] = l
+	needPool := !c.sentPools[p.id]
+	c.sentPools[p.id] = true
+	c.mu.Unlock()
+	fail := func(err error) error {
+		c.mu.Lock()
+		if c.leases[d.Lease] == l {
+			delete(c.leases, d.Lease)
+			l.end()
+		}
+		c.mu.Unlock()
+		return fmt.Errorf("ipc: Send: %w", err)
+	}
+	if needPool {
+		fd, err := p.exportFD()
+		if err != nil {
+			return fail(err)
+		}
+		msg := make([]byte, 33)
+		msg[0] = msgPool
+		copy(msg[1:], p.id[:])
+		copy(msg[17:], p.uuid[:])
+		if err := c.write(msg, fd); err != nil {
+			c.mu.Lock()
+			delete(c.sentPools, p.id)
+			c.mu.Unlock()
+			return fail(err)
+		}
+	}
+	body, err := d.MarshalBinary()
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.write(append([]byte{msgTensor}, body...), -1); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Leases is the number of tensors sent over c that the peer has not
+// given back yet.
+func (c *Conn) Leases() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.leases)
+}
+
+// Recv returns the next tensor the peer sent (or the error that kept it
+// from becoming one: the peer's lease was given back), as a view of the peer's
+// memory on this process's device (no copy): its pending stream waits
+// for the peer's "ready" event, so work ordered after the view (CopyCUDA,
+// OrderBefore, DLPack consumers) never reads early. Close it when done:
+// that gives the lease back, ordered after the work queued on the view's
+// stream. Recv fails with io.EOF once the peer closed the connection or
+// died.
+func (c *Conn) Recv() (*zerocopy.View, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.queue) == 0 && !c.ended && !c.closing {
+		c.qcond.Wait()
+	}
+	if len(c.queue) == 0 {
+		if c.err != nil {
+			return nil, c.err
+		}
+		return nil, fmt.Errorf("ipc: Recv: %w", ErrClosed)
+	}
+	r := c.queue[0]
+	c.queue[0] = claimResult{}
+	c.queue = c.queue[1:]
+	if r.err != nil {
+		return nil, fmt.Errorf("ipc: Recv: %w", r.err)
+	}
+	return r.v, nil
+}
+
+// read is the connection's reader: pools and tensors from the peer, the
+// peer's releases of what we sent.
+func (c *Conn) read() {
+	defer close(c.exited)
+	buf := make([]byte, maxPacket)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	var err error
+	for {
+		var n, oobn int
+		n, oobn, _, _, err = c.uc.ReadMsgUnix(buf, oob)
+		if err == nil && n == 0 {
+			err = io.EOF
+		}
+		if err != nil {
+			break
+		}
+		fds := parseFDs(oob[:oobn])
+		if err = c.handle(buf[:n], fds); err != nil {
+			for _, fd := range fds {
+				closeFD(fd)
+			}
+			reportError(err)
+			break
+		}
+	}
+	c.end(err)
+}
+
+func parseFDs(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if f, err := syscall.ParseUnixRights(&m); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+// handle processes one packet. An error ends the connection: a peer that
+// sends garbage is not trusted further.
+func (c *Conn) handle(m []byte, fds []int) error {
+	switch m[0] {
+	case msgPool:
+		if len(m) != 33 || len(fds) != 1 {
+			return fmt.Errorf("ipc: malformed pool message (%d bytes, %d descriptors)", len(m), len(fds))
+		}
+		var id [16]byte
+		var uuid cuda.UUID
+		copy(id[:], m[1:17])
+		copy(uuid[:], m[17:33])
+		return c.imp.addPool(id, uuid, fds[0])
+	case msgTensor:
+		t0 := time.Now()
+		if len(fds) != 0 {
+			return fmt.Errorf("ipc: tensor message with file descriptors")
+		}
+		var d Descriptor
+		if err := d.UnmarshalBinary(m[1:]); err != nil {
+			return err
+		}
+		v, err := c.imp.open(&d)
+		c.lastImport.Store(int64(time.Since(t0)))
+		if err != nil {
+			// The peer holds a lease we will not use: give it back, and
+			// tell whoever waits for this tensor why it does not come.
+			c.sendRelease(d.Lease, nil)
+		}
+		c.mu.Lock()
+		if w := c.claims[d.Tag]; d.Tag != 0 && w != nil {
+			delete(c.claims, d.Tag)
+			c.mu.Unlock()
+			w <- claimResult{v: v, err: err}
+			return nil
+		}
+		if c.closing {
+			c.mu.Unlock()
+			if v != nil {
+				v.Close()
+			}
+			return nil
+		}
+		c.queue = append(c.queue, claimResult{v: v, err: err})
+		c.qcond.Broadcast()
+		c.mu.Unlock()
+		return nil
+	case msgClaim:
+		if len(m) != 9 || len(fds) != 0 || c.onClaim == nil {
+			return fmt.Errorf("ipc: unexpected claim message (%d bytes)", len(m))
+		}
+		c.onClaim(c, binary.LittleEndian.Uint64(m[1:]))
+		return nil
+	case msgRefuse:
+		if len(m) < 9 || len(fds) != 0 {
+			return fmt.Errorf("ipc: malformed refusal (%d bytes)", len(m))
+		}
+		token := binary.LittleEndian.Uint64(m[1:])
+		c.mu.Lock()
+		w := c.claims[token]
+		delete(c.claims, token)
+		c.mu.Unlock()
+		if w != nil {
+			w <- claimResult{err: fmt.Errorf("ipc: the peer refused claim %d: %s", token, m[9:])}
+		}
+		return nil
+	case msgRelease:
+		if len(m) != 74 || len(fds) != 0 {
+			return fmt.Errorf("ipc: malformed release message (%d bytes)", len(m))
+		}
+		lease := binary.LittleEndian.Uint64(m[1:])
+		var h *cuda.IPCEventHandle
+		if m[9] == 1 {
+			h = new(cuda.IPCEventHandle)
+			copy(h[:], m[10:74])
+		}
+		return c.released(lease, h)
+	}
+	return fmt.Errorf("ipc: unknown message kind %d", m[0])
+}
+
+// released ends a lease the peer gave back: the allocation's stream waits
+// for the peer's done event (on the device), then the reference goes.
+func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
+	c.mu.Lock()
+	l := c.leases[lease]
+	c.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("ipc: the peer released lease %d, which it does not hold", lease)
+	}
+	// The lease counts until the allocation's reference is gone (Leases,
+	// Pool.Live and the pool's usage agree once it reads 0).
+	defer func() {
+		c.mu.Lock()
+		if c.leases[lease] == l {
+			delete(c.leases, lease)
+			l.end()
+		}
+		c.mu.Unlock()
+	}()
+	b := l.b
+	if h == nil {
+		return nil
+	}
+	c.mu.Lock()
+	ev := c.doneOpen[*h]
+	c.mu.Unlock()
+	if ev == nil {
+		var err error
+		if ev, err = b.pool.ctx.OpenIPCEvent(*h); err != nil {
+			// Without the event the free cannot be ordered after the
+			// peer's work: wait for that on the host rather than free
+			// early.
+			reportError(fmt.Errorf("ipc: opening the peer's done event: %w", err))
+			return b.stream.Synchronize()
+		}
+		c.mu.Lock()
+		c.doneOpen[*h] = ev
+		c.mu.Unlock()
+	}
+	if err := b.stream.WaitEvent(ev); err != nil {
+		reportError(fmt.Errorf("ipc: ordering a free after the peer's done event: %w", err))
+		return b.stream.Synchronize()
+	}
+	return nil
+}
+
+func (c *Conn) sendRelease(lease uint64, done *cuda.IPCEventHandle) error {
+	msg := make([]byte, 74)
+	msg[0] = msgRelease
+	binary.LittleEndian.PutUint64(msg[1:], lease)
+	if done != nil {
+		msg[9] = 1
+		copy(msg[10:], done[:])
+	}
+	return c.write(msg, -1)
+}
+
+// end runs when the reader stops (the peer closed, died, or misbehaved):
+// every lease the peer held is given back at once (a dead process's work
+// on the memory was torn down with its context), received tensors not yet
+// taken are closed.
+func (c *Conn) end(err error) {
+	c.mu.Lock()
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		err = io.EOF
+	}
+	if c.closed {
+		err = fmt.Errorf("ipc: %w", ErrClosed)
+	}
+	c.err = err
+	for id, l := range c.leases {
+		delete(c.leases, id)
+		l.end()
+	}
+	opened := c.doneOpen
+	c.doneOpen = map[cuda.IPCEventHandle]*cuda.Event{}
+	c.mu.Unlock()
+	for _, e := range opened {
+		e.Destroy()
+	}
+	c.mu.Lock()
+	c.ended = true
+	c.qcond.Broadcast()
+	claims := c.claims
+	c.claims = map[uint64]chan claimResult{}
+	c.mu.Unlock()
+	for _, w := range claims {
+		w <- claimResult{err: fmt.Errorf("ipc: claim: connection ended: %w", err)}
+	}
+	c.imp.peerGone()
+}
+
+// Close ends the connection. Leases the peer holds are given back (as if
+// it had died); views received over c stay valid, and the socket is
+// closed once the last of them is closed (so that their releases still
+// reach the peer).
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closing = true
+	queued := c.queue
+	c.queue = nil
+	c.qcond.Broadcast()
+	c.mu.Unlock()
+	// Tensors received but never taken go back now.
+	for _, r := range queued {
+		if r.v != nil {
+			r.v.Close()
+		}
+	}
+	c.maybeClose()
+	return nil
+}
+
+// maybeClose closes the socket once Close was called and no import is
+// open.
+func (c *Conn) maybeClose() {
+	c.mu.Lock()
+	if !c.closing || c.closed || c.imp.openViews() > 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.uc.Close()
+	<-c.exited
+	c.imp.close()
+}
+
+func closeFD(fd int) { syscall.Close(fd) }
+
+type claimResult struct {
+	v   *zerocopy.View
+	err error
+}
+
+// Claim asks the peer, a Server, for the tensor it offered under token
+// (Server.Offer) and returns it as Recv would.
+func (c *Conn) Claim(token uint64) (*zerocopy.View, error) {
+	if token == 0 {
+		return nil, fmt.Errorf("ipc: Claim: token 0")
+	}
+	w := make(chan claimResult, 1)
+	c.mu.Lock()
+	if c.ended || c.closing {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("ipc: Claim: %w", ErrClosed)
+	}
+	if c.claims[token] != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("ipc: Claim: token %d is being claimed already", token)
+	}
+	c.claims[token] = w
+	c.mu.Unlock()
+	msg := make([]byte, 9)
+	msg[0] = msgClaim
+	binary.LittleEndian.PutUint64(msg[1:], token)
+	if err := c.write(msg, -1); err != nil {
+		c.mu.Lock()
+		delete(c.claims, token)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("ipc: Claim: %w", err)
+	}
+	r := <-w
+	return r.v, r.err
+}
+
+func (c *Conn) refuse(token uint64, why string) error {
+	msg := make([]byte, 9, 9+len(why))
+	msg[0] = msgRefuse
+	binary.LittleEndian.PutUint64(msg[1:], token)
+	return c.write(append(msg, why...), -1)
+}
+
+func (c *Conn) isEnded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}
+
+// LastImport is how long the last tensor received took to turn from a
+// descriptor into a view: decoding, the pointer import (once per
+// allocation), the event's opening (once per event) and the stream's wait.
+// The hand-over's cost on this side, for benchmarks.
+func (c *Conn) LastImport() time.Duration { return time.Duration(c.lastImport.Load()) }

@@ -1,0 +1,45 @@
+// Package ipc shares CUDA tensors between processes on one node by handle,
+// without copies, ordered on the GPU both ways, with leases.
+//
+// The producer allocates from a Pool: a stream-ordered memory pool of one
+// device created for POSIX file-descriptor handles, separate from the
+// device's default pool, with a size limit. Conn.Send exports a view of
+// that memory as a small Descriptor (pool, the allocation's export data,
+// offset, layout, a "ready" interprocess event recorded after the
+// producer's pending work) and sends it over a Unix domain socket
+// (SOCK_SEQPACKET); the pool's file descriptor goes along once per peer
+// (SCM_RIGHTS). The consumer's Conn.Recv maps the allocation (once per
+// allocation) and returns a zerocopy.View whose pending stream waits for
+// the ready event: DLPack and CopyCUDA consumers order after it, the host
+// never waits.
+//
+// Closing a received view gives its lease back: the consumer frees its
+// mapping and records a "done" interprocess event on its stream, and the
+// producer's allocation stream waits for that event before the memory is
+// freed (cuMemFreeAsync). The producer frees an allocation only when its
+// own views are closed and every lease ended; a peer that closes the
+// connection or dies gives all its leases back at once (the socket's end
+// is how death is noticed). A consumer whose producer died keeps its views
+// valid (its mappings hold the memory) until it closes them.
+//
+// Everything works in a CGO_ENABLED=0 build: the driver is reached through
+// purego, the socket through package net and syscall.
+//
+//	// producer
+//	pool, _ := ipc.NewPool(0, 1<<30)
+//	ln, _ := ipc.Listen("/tmp/tensors.sock")
+//	peer, _ := ln.Accept()
+//	v, _ := pool.Alloc(nil, dlpack.Float32Type, 1024, 1024)
+//	// ... queue work writing v on pool.Stream() ...
+//	peer.Send(pool, v, nil)
+//	v.Close() // the peer's lease keeps the memory
+//
+//	// consumer
+//	c, _ := ipc.Dial("/tmp/tensors.sock")
+//	t, _ := c.Recv()
+//	// ... use t (ToDLPack, CopyCUDA) ...
+//	t.Close()
+//
+// docs/ipc.md has the design: the wire format, ordering, leases, what the
+// fake driver emulates, and fabric handles for multi-node NVLink domains.
+package ipc

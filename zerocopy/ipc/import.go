@@ -1,0 +1,272 @@
+package ipc
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// importer is a Conn's receiving side: the peer's pools imported here, the
+// allocations mapped from them (once each, however many tensors of one
+// allocation arrive), the peer's ready events opened here, a stream per
+// device the imports are ordered on, and a pool of this process's
+// interprocess "done" events.
+type importer struct {
+	c *Conn
+
+	mu      sync.Mutex
+	pools   map[[16]byte]*impPool
+	ready   map[cuda.IPCEventHandle]*cuda.Event
+	done    []*cuda.Event
+	nopen   int // imported views not yet closed
+	gone    bool
+	devices map[cuda.UUID]*impDevice
+}
+
+type impDevice struct {
+	ord    int
+	ctx    *cuda.Context
+	stream *cuda.Stream
+}
+
+type impPool struct {
+	dev   *impDevice
+	mp    *cuda.MemPool
+	alloc map[cuda.PoolExportData]*impAlloc
+}
+
+// impAlloc is one imported allocation; refs counts the open leases on it.
+type impAlloc struct {
+	ptr  cuda.DevicePtr
+	refs int
+}
+
+// impLease is the Releaser of one received tensor.
+type impLease struct {
+	owner zerocopy.Owner
+	im    *importer
+	pool  *impPool
+	data  cuda.PoolExportData
+	lease uint64
+}
+
+func newImporter(c *Conn) *importer {
+	return &importer{
+		c: c, pools: map[[16]byte]*impPool{}, ready: map[cuda.IPCEventHandle]*cuda.Event{},
+		devices: map[cuda.UUID]*impDevice{},
+	}
+}
+
+// device finds this process's ordinal of the device with uuid.
+func (im *importer) device(uuid cuda.UUID) (*impDevice, error) {
+	if d := im.devices[uuid]; d != nil {
+		return d, nil
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < n; i++ {
+		dev, err := cuda.GetDevice(i)
+		if err != nil {
+			return nil, err
+		}
+		u, err := dev.UUID()
+		if err != nil {
+			return nil, err
+		}
+		if u != uuid {
+			continue
+		}
+		ctx, err := cuda.Retain(i)
+		if err != nil {
+			return nil, err
+		}
+		s, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
+		if err != nil {
+			ctx.Release()
+			return nil, err
+		}
+		d := &impDevice{ord: i, ctx: ctx, stream: s}
+		im.devices[uuid] = d
+		return d, nil
+	}
+	return nil, fmt.Errorf("ipc: the peer's device %v is not visible in this process (CUDA_VISIBLE_DEVICES?)", uuid)
+}
+
+// addPool imports a pool the peer sent (the descriptor is closed here).
+func (im *importer) addPool(id [16]byte, uuid cuda.UUID, fd int) error {
+	defer closeFD(fd)
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if im.pools[id] != nil {
+		return fmt.Errorf("ipc: the peer sent pool %x twice", id)
+	}
+	d, err := im.device(uuid)
+	if err != nil {
+		return err
+	}
+	mp, err := d.ctx.ImportMemPoolFD(fd)
+	if err != nil {
+		return fmt.Errorf("ipc: importing the peer's pool: %w", err)
+	}
+	im.pools[id] = &impPool{dev: d, mp: mp, alloc: map[cuda.PoolExportData]*impAlloc{}}
+	return nil
+}
+
+// open turns a descriptor into a view: the allocation mapped (once), the
+// import stream waiting for the ready event.
+func (im *importer) open(d *Descriptor) (*zerocopy.View, error) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	p := im.pools[d.Pool]
+	if p == nil {
+		return nil, fmt.Errorf("%w: tensor of pool %x, which the peer did not send", ErrBadDescriptor, d.Pool)
+	}
+	a := p.alloc[d.Data]
+	if a == nil {
+		ptr, err := p.mp.ImportPointer(d.Data)
+		if err != nil {
+			return nil, fmt.Errorf("ipc: importing a tensor: %w", err)
+		}
+		a = &impAlloc{ptr: ptr}
+		p.alloc[d.Data] = a
+	}
+	ev := im.ready[d.Ready]
+	if ev == nil {
+		var err error
+		if ev, err = p.dev.ctx.OpenIPCEvent(d.Ready); err != nil {
+			im.unref(p, d.Data, a)
+			return nil, fmt.Errorf("ipc: opening the peer's ready event: %w", err)
+		}
+		im.ready[d.Ready] = ev
+	}
+	s := p.dev.stream
+	if err := s.WaitEvent(ev); err != nil {
+		im.unref(p, d.Data, a)
+		return nil, fmt.Errorf("ipc: waiting for the peer's ready event: %w", err)
+	}
+	a.refs++
+	im.nopen++
+	l := &impLease{im: im, pool: p, data: d.Data, lease: d.Lease}
+	l.owner.Init(l, "ipc import")
+	return zerocopy.Wrap(zerocopy.Spec{
+		Ptr: uintptr(a.ptr) + uintptr(d.Offset), Device: dlpack.CUDADevice(p.dev.ord),
+		DType: d.DType, Shape: d.Shape, Strides: d.Strides, ReadOnly: d.ReadOnly, Stream: s.Handle(),
+	}, &l.owner)
+}
+
+// unref frees an imported allocation with no lease left (in stream order
+// on the import stream). Called with im.mu held.
+func (im *importer) unref(p *impPool, data cuda.PoolExportData, a *impAlloc) {
+	if a.refs > 0 {
+		return
+	}
+	delete(p.alloc, data)
+	if err := p.dev.stream.MemFreeAsync(a.ptr); err != nil {
+		reportError(fmt.Errorf("ipc: freeing an imported allocation: %w", err))
+	}
+}
+
+// doneEvent returns an interprocess event of dev to record: an idle one
+// whose last record completed, or a new one. Called with im.mu held.
+func (im *importer) doneEvent(d *impDevice) (*cuda.Event, error) {
+	for i, e := range im.done {
+		if e.Context() != d.ctx {
+			continue
+		}
+		if ok, err := e.Query(); err == nil && ok {
+			im.done = append(im.done[:i], im.done[i+1:]...)
+			im.done = append(im.done, e)
+			return e, nil
+		}
+	}
+	e, err := d.ctx.NewEvent(cuda.EventInterprocess)
+	if err != nil {
+		return nil, err
+	}
+	im.done = append(im.done, e)
+	return e, nil
+}
+
+// Release gives a lease back: the import stream frees the mapping if this
+// was its last lease, records a done event after everything queued on it,
+// and the peer hears of the event.
+func (l *impLease) Release() {
+	im := l.im
+	im.mu.Lock()
+	a := l.pool.alloc[l.data]
+	if a != nil {
+		a.refs--
+		im.unref(l.pool, l.data, a)
+	}
+	im.nopen--
+	gone := im.gone
+	var h *cuda.IPCEventHandle
+	if !gone {
+		s := l.pool.dev.stream
+		if e, err := im.doneEvent(l.pool.dev); err != nil {
+			reportError(fmt.Errorf("ipc: done event: %w", err))
+		} else if err := e.Record(s); err != nil {
+			reportError(fmt.Errorf("ipc: recording the done event: %w", err))
+		} else if hh, err := e.IPCHandle(); err == nil {
+			h = &hh
+		}
+		if h == nil {
+			// No event to order the peer's free after our work: finish
+			// that work first.
+			s.Synchronize()
+		}
+	}
+	im.mu.Unlock()
+	if !gone {
+		if err := im.c.sendRelease(l.lease, h); err != nil {
+			reportError(fmt.Errorf("ipc: giving lease %d back: %w", l.lease, err))
+		}
+	}
+	im.c.maybeClose()
+}
+
+func (im *importer) openViews() int {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.nopen
+}
+
+// peerGone: the peer closed or died. Imported views stay valid (the
+// mappings hold the memory); their releases no longer go anywhere.
+func (im *importer) peerGone() {
+	im.mu.Lock()
+	im.gone = true
+	im.mu.Unlock()
+}
+
+// close drops what the importer holds once no view is open: opened events,
+// imported pools, import streams.
+func (im *importer) close() {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	for _, d := range im.devices {
+		d.stream.Synchronize()
+	}
+	for _, e := range im.ready {
+		e.Destroy()
+	}
+	im.ready = map[cuda.IPCEventHandle]*cuda.Event{}
+	for _, e := range im.done {
+		e.Destroy()
+	}
+	im.done = nil
+	for id, p := range im.pools {
+		p.mp.Destroy()
+		delete(im.pools, id)
+	}
+	for u, d := range im.devices {
+		d.stream.Destroy()
+		d.ctx.Release()
+		delete(im.devices, u)
+	}
+}

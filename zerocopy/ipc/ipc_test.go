@@ -1,0 +1,608 @@
+package ipc_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/internal/fakecuda"
+	"github.com/dlbridge/dlbridge/zerocopy"
+	"github.com/dlbridge/dlbridge/zerocopy/ipc"
+)
+
+// The tests run real processes: the test binary re-executed with
+// IPC_TEST_ROLE set plays the other side, over a real socket, against the
+// same driver (the fake of testdata/fakecuda in CI, whose IPC pools and
+// events are shared memory across processes; the real one with
+// DLBRIDGE_GPU=1).
+
+var (
+	fakeLib string
+	fakeErr error
+)
+
+func init() { fakeLib, fakeErr = fakecuda.Use(1) }
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv("IPC_TEST_ROLE"); role != "" {
+		if err := child(role, os.Getenv("IPC_TEST_SOCK")); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func needCUDA(t testing.TB) {
+	t.Helper()
+	if fakeErr != nil {
+		t.Skipf("no fake CUDA driver: %v", fakeErr)
+	}
+	if !cuda.Available() {
+		t.Skipf("no CUDA driver: %v", cuda.Init())
+	}
+}
+
+func needFake(t testing.TB) {
+	t.Helper()
+	needCUDA(t)
+	if fakeLib == "" {
+		t.Skip("needs the fake driver")
+	}
+}
+
+// startChild runs the test binary as role, with the socket path and extra
+// environment; its stdout lines come on the returned channel.
+func startChild(t *testing.T, role, sock string, env ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "IPC_TEST_ROLE="+role, "IPC_TEST_SOCK="+sock), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdins[cmd] = stdin
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return cmd, lines
+}
+
+// stdins are the children's standard inputs (closing one tells the child
+// to go on, where a test says so).
+var stdins = map[*exec.Cmd]io.WriteCloser{}
+
+func expectLine(t *testing.T, lines <-chan string, prefix string) string {
+	t.Helper()
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatalf("child exited before printing %q", prefix)
+		}
+		if !strings.HasPrefix(l, prefix) {
+			t.Fatalf("child printed %q, want %q...", l, prefix)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(l, prefix))
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no %q from the child in 60 s", prefix)
+	}
+	return ""
+}
+
+// fill queues a write of value into every element of v (uint32) on s.
+func fill(t testing.TB, s *cuda.Stream, v *zerocopy.View, value uint32) {
+	t.Helper()
+	if err := s.MemsetD32Async(cuda.DevicePtr(v.Ptr()), value, v.Len()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// read copies v (a received view) to the host after its pending work.
+func read(v *zerocopy.View) ([]uint32, error) {
+	if err := v.Synchronize(); err != nil {
+		return nil, err
+	}
+	ctx, err := cuda.Retain(int(v.Device().ID))
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Release()
+	out := make([]uint32, v.Len())
+	if err := ctx.MemcpyDtoH(cuda.SliceBytes(out), cuda.DevicePtr(v.Ptr())); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func usedBytes(t testing.TB, p *ipc.Pool) uint64 {
+	t.Helper()
+	_, used, err := p.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return used
+}
+
+// waitFor polls cond for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func sockPath(t *testing.T) string { return filepath.Join(t.TempDir(), "s") }
+
+// producerSide makes a pool of limit bytes and a listener, closed when t
+// ends, and returns them with the pool's baseline usage.
+func producerSide(t *testing.T, limit int64) (*ipc.Pool, uint64, *ipc.Listener, string) {
+	t.Helper()
+	pool, err := ipc.NewPool(0, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	sock := sockPath(t)
+	ln, err := ipc.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return pool, usedBytes(t, pool), ln, sock
+}
+
+// TestExchange: a producer sends 1,000 tensors of different sizes and
+// values to a consumer process that checks each one and closes it; every
+// lease comes back and the pool returns to its baseline.
+func TestExchange(t *testing.T) {
+	needCUDA(t)
+	pool, base, ln, sock := producerSide(t, 64<<20)
+	const n = 1000
+	cmd, lines := startChild(t, "consume", sock, "IPC_TEST_N="+strconv.Itoa(n))
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pool.Stream()
+	for i := 0; i < n; i++ {
+		v, err := pool.Alloc(s, dlpack.Uint32Type, int64(1+i%7), 33)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, v, uint32(i)*2654435761)
+		if err := peer.Send(pool, v, nil); err != nil {
+			t.Fatal(err)
+		}
+		v.Close() // the lease keeps it
+	}
+	if got := expectLine(t, lines, "ok"); got != strconv.Itoa(n) {
+		t.Fatalf("consumer checked %s tensors, want %d", got, n)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	waitFor(t, "every lease back", func() bool { return peer.Leases() == 0 })
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Live() != 0 || usedBytes(t, pool) != base {
+		t.Errorf("after the exchange: %d allocations live, %d bytes used (baseline %d)", pool.Live(), usedBytes(t, pool), base)
+	}
+	peer.Close()
+}
+
+// TestKilledConsumer: a consumer that holds tensors and is killed gives
+// its leases back; the pool returns to its baseline.
+func TestKilledConsumer(t *testing.T) {
+	needCUDA(t)
+	pool, base, ln, sock := producerSide(t, 64<<20)
+	cmd, lines := startChild(t, "hold", sock, "IPC_TEST_N=10")
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pool.Stream()
+	for i := 0; i < 10; i++ {
+		v, err := pool.Alloc(s, dlpack.Uint32Type, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, v, uint32(i))
+		if err := peer.Send(pool, v, nil); err != nil {
+			t.Fatal(err)
+		}
+		v.Close()
+	}
+	expectLine(t, lines, "holding")
+	if peer.Leases() != 10 || pool.Live() != 10 {
+		t.Fatalf("while the consumer holds them: %d leases, %d allocations, want 10", peer.Leases(), pool.Live())
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	waitFor(t, "the leases of the killed consumer", func() bool { return peer.Leases() == 0 })
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Live() != 0 || usedBytes(t, pool) != base {
+		t.Errorf("after the kill: %d allocations live, %d bytes used (baseline %d)", pool.Live(), usedBytes(t, pool), base)
+	}
+	if _, err := peer.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("Recv from the killed peer: %v, want io.EOF", err)
+	}
+	peer.Close()
+}
+
+// TestSlowProducer: the producer's write runs late (the fake runs its
+// stream 300 ms after the ready record); the consumer, which waits for the
+// ready event, sees the data, while a read that skips the wait sees the
+// memory as it was before the write (the control that shows the test can
+// fail).
+func TestSlowProducer(t *testing.T) {
+	needFake(t)
+	sock := sockPath(t)
+	cmd, lines := startChild(t, "produce", sock, "FAKECUDA_IPC_DELAY_MS=300", "IPC_TEST_N=3")
+	expectLine(t, lines, "listening")
+	c, err := ipc.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		v, err := c.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		early := make([]uint32, v.Len())
+		ctx, _ := cuda.Retain(0)
+		if err := ctx.MemcpyDtoH(cuda.SliceBytes(early), cuda.DevicePtr(v.Ptr())); err != nil {
+			t.Fatal(err)
+		}
+		ctx.Release()
+		if early[0] == 100+uint32(i) {
+			t.Errorf("tensor %d: a read without the wait already saw the data: the fake did not delay the producer", i)
+		}
+		got, err := read(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, x := range got {
+			if x != 100+uint32(i) {
+				t.Fatalf("tensor %d element %d = %#x, want %d: read before the producer's write", i, j, x, 100+i)
+			}
+		}
+		v.Close()
+	}
+	c.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("producer: %v", err)
+	}
+}
+
+// TestProducerGone: the consumer's views stay valid after the producer
+// exited; Recv reports io.EOF and closing the views is harmless.
+func TestProducerGone(t *testing.T) {
+	needCUDA(t)
+	sock := sockPath(t)
+	cmd, lines := startChild(t, "produce", sock, "IPC_TEST_N=1", "IPC_TEST_EXIT=1")
+	expectLine(t, lines, "listening")
+	c, err := ipc.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdins[cmd].Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("producer: %v", err)
+	}
+	if _, err := c.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("Recv after the producer exited: %v, want io.EOF", err)
+	}
+	got, err := read(v)
+	if err != nil {
+		t.Fatalf("reading a view of a producer that exited: %v", err)
+	}
+	if got[0] != 100 || got[len(got)-1] != 100 {
+		t.Errorf("view of a producer that exited reads %d..%d, want 100", got[0], got[len(got)-1])
+	}
+	if err := v.Close(); err != nil {
+		t.Error(err)
+	}
+	c.Close()
+}
+
+// TestNotIPCMemory: memory of the default pool, or of another pool, is
+// refused with ErrNotIPCMemory; CopyIn makes a shareable copy.
+func TestNotIPCMemory(t *testing.T) {
+	needCUDA(t)
+	pool, err := ipc.NewPool(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	other, err := ipc.NewPool(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	sock := sockPath(t)
+	ln, err := ipc.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan *ipc.Conn, 1)
+	go func() { c, _ := ipc.Dial(sock); done <- c }()
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	defer (<-done).Close()
+	plain, err := zerocopy.AllocCUDAAsync(pool.Stream(), dlpack.Float32Type, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := peer.Send(pool, plain, nil); !errors.Is(err, ipc.ErrNotIPCMemory) {
+		t.Errorf("Send of default-pool memory: %v, want ErrNotIPCMemory", err)
+	}
+	ov, err := other.Alloc(nil, dlpack.Float32Type, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ov.Close()
+	if err := peer.Send(pool, ov, nil); !errors.Is(err, ipc.ErrNotIPCMemory) {
+		t.Errorf("Send of another pool's memory: %v, want ErrNotIPCMemory", err)
+	}
+	host, err := zerocopy.FromSlice([]float32{1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Send(pool, host, nil); !errors.Is(err, ipc.ErrNotIPCMemory) {
+		t.Errorf("Send of host memory: %v, want ErrNotIPCMemory", err)
+	}
+	cp, err := pool.CopyIn(host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	if err := peer.Send(pool, cp, nil); err != nil {
+		t.Errorf("Send of a CopyIn: %v", err)
+	}
+	if _, err := pool.Alloc(nil, dlpack.Float32Type, 1<<20); !errors.Is(err, ipc.ErrPoolFull) {
+		t.Errorf("an allocation over the pool's limit: %v, want ErrPoolFull", err)
+	}
+	if _, err := ipc.NewPool(0, 0); err == nil {
+		t.Error("NewPool with limit 0 succeeded")
+	}
+}
+
+// TestServerClaims: an offered tensor is claimed by token from another
+// process (twice: each claim a lease of its own); an unknown token is
+// refused; leases and offers end and the pool returns to its baseline.
+func TestServerClaims(t *testing.T) {
+	needCUDA(t)
+	pool, err := ipc.NewPool(0, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	base := usedBytes(t, pool)
+	sock := sockPath(t)
+	srv, err := ipc.Serve(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := pool.Alloc(nil, dlpack.Uint32Type, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, pool.Stream(), v, 77)
+	token, err := srv.Offer(pool, v, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close() // the offer holds it
+	cmd, lines := startChild(t, "claim", sock, "IPC_TEST_TOKEN="+strconv.FormatUint(token, 10))
+	if got := expectLine(t, lines, "claimed"); got != "77 77 refused" {
+		t.Errorf("child: %q, want \"77 77 refused\"", got)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if srv.Offers() != 1 {
+		t.Errorf("%d offers, want 1", srv.Offers())
+	}
+	srv.Withdraw(token)
+	srv.Close()
+	waitFor(t, "the pool's baseline", func() bool {
+		pool.Stream().Synchronize()
+		return pool.Live() == 0 && usedBytes(t, pool) == base
+	})
+	plain, err := zerocopy.FromSlice([]uint32{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Offer(pool, plain, time.Second, 0); !errors.Is(err, ipc.ErrNotIPCMemory) {
+		t.Errorf("Offer of host memory: %v, want ErrNotIPCMemory", err)
+	}
+}
+
+// child plays the other side of a test.
+func child(role, sock string) error {
+	n, _ := strconv.Atoi(os.Getenv("IPC_TEST_N"))
+	switch role {
+	case "claim":
+		token, _ := strconv.ParseUint(os.Getenv("IPC_TEST_TOKEN"), 10, 64)
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for i := 0; i < 2; i++ {
+			v, err := c.Claim(token)
+			if err != nil {
+				return err
+			}
+			x, err := read(v)
+			if err != nil {
+				return err
+			}
+			got = append(got, strconv.Itoa(int(x[999])))
+			v.Close()
+		}
+		if _, err := c.Claim(token + 1); err != nil && strings.Contains(err.Error(), "refused") {
+			got = append(got, "refused")
+		}
+		fmt.Println("claimed", strings.Join(got, " "))
+		return c.Close()
+	case "consume", "hold":
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		var held []*zerocopy.View
+		for i := 0; i < n; i++ {
+			v, err := c.Recv()
+			if err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+			if role == "hold" {
+				held = append(held, v)
+				continue
+			}
+			got, err := read(v)
+			if err != nil {
+				return err
+			}
+			want := uint32(i) * 2654435761
+			sh := v.Shape()
+			if len(sh) != 2 || sh[0] != int64(1+i%7) || sh[1] != 33 {
+				return fmt.Errorf("tensor %d: shape %v", i, sh)
+			}
+			for j, x := range got {
+				if x != want {
+					return fmt.Errorf("tensor %d element %d = %#x, want %#x", i, j, x, want)
+				}
+			}
+			v.Close()
+		}
+		if role == "hold" {
+			for _, v := range held {
+				if _, err := read(v); err != nil {
+					return err
+				}
+			}
+			fmt.Println("holding")
+			select {} // until killed
+		}
+		fmt.Println("ok", n)
+		return c.Close()
+	case "produce":
+		pool, err := ipc.NewPool(0, 16<<20)
+		if err != nil {
+			return err
+		}
+		ln, err := ipc.Listen(sock)
+		if err != nil {
+			return err
+		}
+		fmt.Println("listening")
+		peer, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		s := pool.Stream()
+		for i := 0; i < n; i++ {
+			v, err := pool.Alloc(s, dlpack.Uint32Type, 1<<16)
+			if err != nil {
+				return err
+			}
+			if err := s.MemsetD32Async(cuda.DevicePtr(v.Ptr()), 100+uint32(i), v.Len()); err != nil {
+				return err
+			}
+			if err := peer.Send(pool, v, nil); err != nil {
+				return err
+			}
+			v.Close()
+			// One tensor at a time, so that each one's write is late.
+			for os.Getenv("IPC_TEST_EXIT") != "1" && peer.Leases() > 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if os.Getenv("IPC_TEST_EXIT") == "1" {
+			// Exit with the lease held, once the consumer has the tensor
+			// (it closes our stdin then).
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			io.Copy(io.Discard, os.Stdin)
+			return nil
+		}
+		for peer.Leases() > 0 {
+			if _, err := peer.Recv(); err != nil {
+				break
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown role %q", role)
+}
+
+// FuzzDescriptor: UnmarshalBinary of foreign bytes never panics, and what
+// it accepts lies inside its allocation and encodes back to the same bytes.
+func FuzzDescriptor(f *testing.F) {
+	d := ipc.Descriptor{Size: 4096, Offset: 64, DType: dlpack.Float32Type, Shape: []int64{4, 8}, Strides: []int64{8, 1}, Lease: 7}
+	b, _ := d.MarshalBinary()
+	f.Add(b)
+	f.Add(b[:20])
+	f.Add(bytes.Repeat([]byte{0xff}, len(b)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var d ipc.Descriptor
+		if err := d.UnmarshalBinary(b); err != nil {
+			if !errors.Is(err, ipc.ErrBadDescriptor) {
+				t.Fatalf("error %v does not match ErrBadDescriptor", err)
+			}
+			return
+		}
+		lo, hi, err := dlpack.ByteSpan(d.DType, d.Shape, d.Strides, false)
+		if err != nil || (lo != hi && (d.Offset+lo < 0 || d.Offset+hi > d.Size)) {
+			t.Fatalf("accepted a layout outside its allocation: %+v", d)
+		}
+		back, err := d.MarshalBinary()
+		if err != nil || !bytes.Equal(back, b) {
+			t.Fatalf("round trip changed the bytes")
+		}
+	})
+}
