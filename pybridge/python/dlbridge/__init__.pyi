@@ -2,6 +2,7 @@
 import ctypes
 
 from ._ops import load_library as load_library, ops as ops
+from . import ipc as ipc
 from ._pointer import from_pointer as from_pointer
 from ._stream import Event as Event, Stream as Stream, synchronize as synchronize
 from ._tensor import (
