@@ -395,9 +395,17 @@ func (p *Pool) CopyIn(v *zerocopy.View, s *cuda.Stream) (*zerocopy.View, error) 
 	return out, nil
 }
 
-// Close destroys the pool once its allocations are gone (the driver keeps
-// it until then) and closes its exported descriptor. Peers that imported
-// it keep their imports.
+// Close closes the pool's exported descriptor and hands the memory it
+// reserves and no longer uses back to the system. Peers that imported it
+// keep their imports.
+//
+// The driver's pool object itself stays until the process ends: destroying
+// an exported pool after peers in other processes had used its memory made
+// the H100's driver (580) crash at the next pool allocation in this
+// process (a pool pickled to a spawn and then a forkserver worker, then a
+// third pool's first allocation: pybridge/python/tests/test_ipc.py's
+// pickling tests followed by any CUDA test, on the GPU machine). A pool is
+// a handful of bytes of the driver's; its memory is what Close returns.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -422,7 +430,7 @@ func (p *Pool) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := p.mp.Destroy(); err != nil {
+	if err := p.mp.TrimTo(0); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
