@@ -1023,6 +1023,40 @@ typedef struct {
 	int (*current_work_stream)(int32_t, int32_t, void **);
 } dlb_exchange_api;
 
+// exchange_stream is the current work stream a producer's C exchange API
+// names for CUDA device dev (its NULL, the legacy default stream, as 1).
+// 0 on success, -1 with an exception.
+static int exchange_stream(dlb_exchange_api *ex, int32_t dev, int64_t *out) {
+	void *s = NULL;
+	if (ex->current_work_stream(DLB_CUDA, dev, &s) != 0) {
+		if (!PyErr_Occurred()) PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's current_work_stream failed");
+		return -1;
+	}
+	*out = s ? (int64_t)(uintptr_t)s : 1;
+	return 0;
+}
+
+// probe_stream asks a stream probe (see producer_kinds) for the producer's
+// current stream on CUDA device dev: *out is its answer, 0 for None or for
+// a kind that is no probe. 0 on success, -1 with an exception.
+static int probe_stream(PyObject *kind, int32_t dev, int64_t *out) {
+	*out = 0;
+	if (kind == Py_None || !PyCallable_Check(kind)) return 0;
+	PyObject *d = PyLong_FromLong(dev), *r = d ? PyObject_CallFunctionObjArgs(kind, d, NULL) : NULL;
+	Py_XDECREF(d);
+	if (!r) return -1;
+	if (r != Py_None) {
+		long long s = PyLong_AsLongLong(r);
+		if (s == -1 && PyErr_Occurred()) {
+			Py_DECREF(r);
+			return -1;
+		}
+		*out = s;
+	}
+	Py_DECREF(r);
+	return 0;
+}
+
 // exchange_import(cls, obj, api_capsule): obj's producer exports through its
 // C exchange API (no Python-level __dlpack__). A CUDA tensor's pending
 // write is on the producer's current work stream: every reader is ordered
@@ -1041,14 +1075,12 @@ static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
 		return NULL;
 	}
 	if (mt->version.major == 1 && mt->dl_tensor.device.device_type == DLB_CUDA && ex->current_work_stream) {
-		void *s = NULL;
-		if (ex->current_work_stream(DLB_CUDA, mt->dl_tensor.device.device_id, &s) != 0) {
+		int64_t s;
+		if (exchange_stream(ex, mt->dl_tensor.device.device_id, &s) < 0) {
 			call_deleter(mt, 1);
-			if (!PyErr_Occurred())
-				PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's current_work_stream failed");
 			return NULL;
 		}
-		return import_tensor(cls, mt, 1, s ? (int64_t)(uintptr_t)s : 1); // NULL: the legacy default stream
+		return import_tensor(cls, mt, 1, s);
 	}
 	return import_tensor(cls, mt, 1, 0);
 }
@@ -1312,22 +1344,12 @@ static int device_pair(PyObject *v, int32_t out[2]) {
 // our work stream, before which the producer orders its writes. 0 on
 // success, -1 with an exception.
 static int consumer_stream(PyObject *kind, int32_t dev_id, int64_t *stream, int64_t *pending) {
+	int64_t s;
 	*pending = 0;
-	if (kind != Py_None && PyCallable_Check(kind)) {
-		PyObject *dev = PyLong_FromLong(dev_id), *r = dev ? PyObject_CallFunctionObjArgs(kind, dev, NULL) : NULL;
-		Py_XDECREF(dev);
-		if (!r) return -1;
-		if (r != Py_None) {
-			long long s = PyLong_AsLongLong(r);
-			Py_DECREF(r);
-			if (s == -1 && PyErr_Occurred()) return -1;
-			if (s > 0) {
-				*stream = *pending = s;
-				return 0;
-			}
-		} else {
-			Py_DECREF(r);
-		}
+	if (probe_stream(kind, dev_id, &s) < 0) return -1;
+	if (s > 0) {
+		*stream = *pending = s;
+		return 0;
 	}
 	*stream = work_stream(dev_id);
 	return 0;
@@ -1608,7 +1630,7 @@ typedef struct {
 	int64_t strides[ARG_INLINE_DIMS]; // a buffer's strides in elements, up to ARG_INLINE_DIMS dimensions
 } argkeep;
 
-// call_stream is the stream the caller works on for a CUDA tensor of
+// call_stream_of_kind is the stream the caller works on for a CUDA tensor of
 // obj's producer on device dev: the exchange API's current work stream,
 // or the stream probe's answer (CuPy, PyTorch before the exchange API);
 // 0 when the producer does not say.
@@ -1617,32 +1639,10 @@ static int call_stream_of_kind(PyObject *kind, int32_t dev, int64_t *out) {
 	if (PyCapsule_CheckExact(kind)) {
 		dlb_exchange_api *ex = PyCapsule_GetPointer(kind, "dlpack_exchange_api");
 		if (!ex) return -1;
-		if (ex->header.version.major == 1 && ex->current_work_stream) {
-			void *s = NULL;
-			if (ex->current_work_stream(DLB_CUDA, dev, &s) != 0) {
-				if (!PyErr_Occurred())
-					PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's current_work_stream failed");
-				return -1;
-			}
-			*out = s ? (int64_t)(uintptr_t)s : 1;
-		}
+		if (ex->header.version.major == 1 && ex->current_work_stream) return exchange_stream(ex, dev, out);
 		return 0;
 	}
-	if (kind != Py_None && PyCallable_Check(kind)) {
-		PyObject *d = PyLong_FromLong(dev), *r = d ? PyObject_CallFunctionObjArgs(kind, d, NULL) : NULL;
-		Py_XDECREF(d);
-		if (!r) return -1;
-		if (r != Py_None) {
-			long long s = PyLong_AsLongLong(r);
-			if (s == -1 && PyErr_Occurred()) {
-				Py_DECREF(r);
-				return -1;
-			}
-			*out = s;
-		}
-		Py_DECREF(r);
-	}
-	return 0;
+	return probe_stream(kind, dev, out);
 }
 
 // tensor_arg fills a for obj, recording in k what to give back. *stream is
