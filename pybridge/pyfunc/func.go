@@ -114,7 +114,6 @@ func kindOf(t reflect.Type) Kind {
 var registry struct {
 	sync.RWMutex
 	byName map[string]*Func
-	list   []*Func
 	docs   map[string]string
 	errs   []error
 }
@@ -144,9 +143,14 @@ func Register(schema string, fn any, doc ...string) *Func {
 		registry.byName = map[string]*Func{}
 	}
 	registry.byName[f.Name] = f
-	registry.list = append(registry.list, f)
-	snap := append([]*Func(nil), registry.list...)
-	snapshot.Store(&snap)
+	// A new list each time (registrations are few, at start-up), so that
+	// readers of the old one never see it change.
+	var list []*Func
+	if old := snapshot.Load(); old != nil {
+		list = *old
+	}
+	list = append(list[:len(list):len(list)], f)
+	snapshot.Store(&list)
 	return f
 }
 
@@ -157,7 +161,8 @@ func Err() error {
 	return errors.Join(registry.errs...)
 }
 
-// snapshot is the registered list for At, which every call reads.
+// snapshot is the registered list, in order: what At reads on every call
+// without a lock.
 var snapshot atomic.Pointer[[]*Func]
 
 // At returns function number i (its index in Funcs), or nil.
@@ -179,9 +184,11 @@ func Lookup(name string) *Func {
 // Funcs returns the registered functions, in the order they were
 // registered; index i is the function's number at the C boundary.
 func Funcs() []*Func {
-	registry.RLock()
-	defer registry.RUnlock()
-	return append([]*Func(nil), registry.list...)
+	p := snapshot.Load()
+	if p == nil {
+		return nil
+	}
+	return append([]*Func(nil), *p...)
 }
 
 // SetGoDocs records the doc comments of Go functions by full name

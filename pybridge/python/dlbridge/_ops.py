@@ -159,11 +159,8 @@ def _as_tensor(obj):
 def _stream_of(obj):
     """(handle, device) of an explicit stream= (device -1 when the object
     does not say)."""
-    from ._stream import as_stream_handle, _stream_device
-    h = as_stream_handle(obj)
-    if h >= 2**63:
-        raise ValueError("dlbridge: stream=%#x is out of the int64 range" % h)
-    return (h or 1, _stream_device(obj, -1))
+    from ._stream import copy_stream, _stream_device
+    return (copy_stream(obj, ()), _stream_device(obj, -1))
 
 
 def _framework(like, result_type):
