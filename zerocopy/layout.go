@@ -44,23 +44,41 @@ func NewLayout(dt dlpack.DataType, shape, strides []int64) (Layout, error) {
 
 func newLayout(dt dlpack.DataType, shape, strides []int64, padded bool) (Layout, error) {
 	var l Layout
-	if len(shape) > dlpack.MaxNDim {
-		return l, fmt.Errorf("zerocopy: ndim %d out of range (0..%d)", len(shape), dlpack.MaxNDim)
-	}
-	if strides != nil && len(strides) != len(shape) {
-		return l, fmt.Errorf("zerocopy: %d strides for %d dimensions", len(strides), len(shape))
-	}
-	if err := dt.Validate(); err != nil {
-		return l, fmt.Errorf("zerocopy: %w", err)
-	}
-	if _, err := dlpack.NumElements(shape); err != nil {
-		return l, fmt.Errorf("zerocopy: %w", err)
-	}
-	l = trustedLayout(dt, shape, strides, padded)
-	if _, _, err := dlpack.ByteSpan(dt, l.shape(), l.strides(), padded); err != nil {
-		return Layout{}, fmt.Errorf("zerocopy: %w", err)
+	if err := l.set(dt, shape, strides, padded); err != nil {
+		return Layout{}, err
 	}
 	return l, nil
+}
+
+// set makes l the layout newLayout validates, in place: a Layout is 128
+// bytes, and a view made per call argument should not copy one around.
+// Only the span check that needs strides runs after the copy.
+func (l *Layout) set(dt dlpack.DataType, shape, strides []int64, padded bool) error {
+	if len(shape) > dlpack.MaxNDim {
+		return fmt.Errorf("zerocopy: ndim %d out of range (0..%d)", len(shape), dlpack.MaxNDim)
+	}
+	if strides != nil && len(strides) != len(shape) {
+		return fmt.Errorf("zerocopy: %d strides for %d dimensions", len(strides), len(shape))
+	}
+	if err := dt.Validate(); err != nil {
+		return fmt.Errorf("zerocopy: %w", err)
+	}
+	for _, e := range shape {
+		if e < 0 {
+			_, err := dlpack.NumElements(shape) // names the extent
+			return fmt.Errorf("zerocopy: %w", err)
+		}
+	}
+	if len(shape) > 1 {
+		if _, err := dlpack.NumElements(shape); err != nil {
+			return fmt.Errorf("zerocopy: %w", err)
+		}
+	}
+	l.setTrusted(dt, shape, strides, padded)
+	if _, _, err := dlpack.ByteSpan(dt, l.shape(), l.strides(), padded); err != nil {
+		return fmt.Errorf("zerocopy: %w", err)
+	}
+	return nil
 }
 
 // trustedLayout is the layout of shape and strides (nil: C-contiguous) that

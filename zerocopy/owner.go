@@ -28,11 +28,17 @@ func (f ReleaseFunc) Release() { f() }
 // exactly once. Retain after the last Release and a Release past zero return
 // ErrReleased and never run the Releaser again.
 type Owner struct {
-	refs     atomic.Int64
-	released atomic.Bool
-	// hooks is the OnRelease list, newest first; releasedHooks once the
-	// last release took it. A lock-free list keeps Owner small (importers
-	// embed one per tensor) and costs nothing when no hook is registered.
+	// refs is read and changed with sync/atomic's functions; Init alone
+	// writes it plainly, before the owner is shared. Each locked
+	// instruction costs as much as the rest of a call argument's view, so
+	// the life of an owner without hooks takes three: Init's none, View
+	// Close's CAS, Release's CAS.
+	refs int64
+	// hooks is the OnRelease list, newest first. An OnRelease holds a
+	// reference while it adds to the list, so the last release, which
+	// takes the list, never races with an addition. A lock-free list
+	// keeps Owner small (importers embed one per tensor) and costs nothing
+	// when no hook is registered.
 	hooks atomic.Pointer[hook]
 	// pend is the write queued on a stream into this memory, nil if none
 	// (pending.go). It lives here, not on a View, because it belongs to the
@@ -49,16 +55,10 @@ type hook struct {
 	next *hook
 }
 
-// releasedHooks marks an owner's hook list as taken by the last release: no
-// hook can be added after it.
-var releasedHooks = new(hook)
-
 // NewOwner returns an owner with one reference whose last release calls r
 // (r may be nil: nothing to free, as for a NULL DLPack deleter).
 func NewOwner(r Releaser, label string) *Owner {
-	o := &Owner{rel: r, label: label}
-	o.refs.Store(1)
-	return o
+	return &Owner{refs: 1, rel: r, label: label}
 }
 
 // Init initialises an Owner embedded in a larger allocation (so importers
@@ -68,26 +68,23 @@ func (o *Owner) Init(r Releaser, label string) {
 	o.rel, o.label = r, label
 	// An atomic store costs a locked instruction: fields of a new owner,
 	// zero already, are only read (an Init per call argument is common).
-	if o.released.Load() {
-		o.released.Store(false)
-	}
 	if o.hooks.Load() != nil {
 		o.hooks.Store(nil)
 	}
 	if o.pend.Load() != nil {
 		o.pend.Store(nil)
 	}
-	o.refs.Store(1)
+	o.refs = 1 // not shared yet: no other goroutine reads it
 }
 
 // Retain adds a reference. It fails with ErrReleased once the owner released.
 func (o *Owner) Retain() error {
 	for {
-		n := o.refs.Load()
+		n := atomic.LoadInt64(&o.refs)
 		if n <= 0 {
 			return fmt.Errorf("%w: retain of %s", ErrReleased, o.label)
 		}
-		if o.refs.CompareAndSwap(n, n+1) {
+		if atomic.CompareAndSwapInt64(&o.refs, n, n+1) {
 			return nil
 		}
 	}
@@ -98,14 +95,20 @@ func (o *Owner) Retain() error {
 // nothing else.
 func (o *Owner) Release() error {
 	for {
-		n := o.refs.Load()
+		n := atomic.LoadInt64(&o.refs)
 		if n <= 0 {
 			return fmt.Errorf("%w: extra release of %s", ErrReleased, o.label)
 		}
-		if o.refs.CompareAndSwap(n, n-1) {
-			if n == 1 && o.released.CompareAndSwap(false, true) {
-				for h := o.hooks.Swap(releasedHooks); h != nil && h != releasedHooks; h = h.next {
-					h.f()
+		if atomic.CompareAndSwapInt64(&o.refs, n, n-1) {
+			// Only one release takes the count from 1 to 0 (Retain
+			// refuses at 0), and no OnRelease is adding to the list then
+			// (it would hold a reference).
+			if n == 1 {
+				if h := o.hooks.Load(); h != nil {
+					o.hooks.Store(nil)
+					for ; h != nil; h = h.next {
+						h.f()
+					}
 				}
 				if o.rel != nil {
 					o.rel.Release()
@@ -127,27 +130,28 @@ func (o *Owner) OnRelease(f func()) error {
 	if f == nil {
 		return fmt.Errorf("zerocopy: OnRelease of %s: nil function", o.label)
 	}
+	// A reference held while adding keeps the last release (which takes
+	// the list) after the addition; if this one turns out to be the last,
+	// the hooks run here, as in any goroutine that drops the last.
+	if err := o.Retain(); err != nil {
+		return fmt.Errorf("%w: OnRelease on %s", ErrReleased, o.label)
+	}
 	n := &hook{f: f}
 	for {
 		h := o.hooks.Load()
-		// The last release swaps in releasedHooks only after the count
-		// reaches zero. Refusing at a zero count too gives the same answer
-		// whichever side of that swap this call lands on.
-		if h == releasedHooks || o.refs.Load() <= 0 {
-			return fmt.Errorf("%w: OnRelease on %s", ErrReleased, o.label)
-		}
 		n.next = h
 		if o.hooks.CompareAndSwap(h, n) {
-			return nil
+			break
 		}
 	}
+	return o.Release()
 }
 
 // Alive reports whether the memory is still held.
-func (o *Owner) Alive() bool { return o.refs.Load() > 0 }
+func (o *Owner) Alive() bool { return atomic.LoadInt64(&o.refs) > 0 }
 
 // Refs is the current reference count (for tests and diagnostics).
-func (o *Owner) Refs() int64 { return o.refs.Load() }
+func (o *Owner) Refs() int64 { return atomic.LoadInt64(&o.refs) }
 
 // Label names the memory in errors and leak reports ("dlpack import", ...).
 func (o *Owner) Label() string { return o.label }

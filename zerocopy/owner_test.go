@@ -3,9 +3,13 @@ package zerocopy_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/dlpack"
 
 	"github.com/dlbridge/dlbridge/zerocopy"
 	"github.com/google/go-cmp/cmp"
@@ -134,4 +138,59 @@ func ExampleOwner_OnRelease() {
 	// Output:
 	// unregister the memory
 	// free the memory
+}
+
+// TestViewInitReuse: a closed view made with Init can be made again over
+// other memory (a caller reusing one allocation per call); views derived
+// from its earlier use stay closed, and Init of an open view is refused.
+func TestViewInitReuse(t *testing.T) {
+	a, b := []float32{1, 2, 3, 4}, []float32{5, 6, 7, 8}
+	spec := func(s []float32) zerocopy.Spec {
+		return zerocopy.Spec{Ptr: uintptr(unsafe.Pointer(&s[0])), Device: dlpack.Device{Type: dlpack.CPU},
+			DType: dlpack.DataType{Code: dlpack.Float, Bits: 32, Lanes: 1}, Shape: []int64{4}}
+	}
+	var (
+		v zerocopy.View
+		o zerocopy.Owner
+	)
+	o.Init(nil, "first")
+	if err := v.Init(spec(a), &o); err != nil {
+		t.Fatal(err)
+	}
+	old, err := v.Slice(0, 1, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2 := zerocopy.NewOwner(nil, "other")
+	if err := v.Init(spec(b), o2); err == nil || !strings.Contains(err.Error(), "open view") {
+		t.Fatalf("Init of an open view: err = %v, want a refusal", err)
+	}
+	v.Close()
+	if o.Alive() {
+		t.Fatal("the owner outlived the view's Close")
+	}
+	fromClosed, _ := v.Slice(0, 0, 2, 1) // derived after the Close, before the reuse
+	o.Init(nil, "second")
+	if err := v.Init(spec(b), &o); err != nil {
+		t.Fatalf("Init of a closed view: %v", err)
+	}
+	if got, err := zerocopy.HostSliceRO[float32](&v); err != nil || got[0] != 5 {
+		t.Fatalf("reused view reads %v, %v; want [5 6 7 8]", got, err)
+	}
+	for name, d := range map[string]*zerocopy.View{"derived before Close": old, "derived after Close": fromClosed} {
+		if d.Alive() {
+			t.Errorf("%s: alive after the view was made again", name)
+		}
+		if _, err := zerocopy.HostSliceRO[float32](d); !errors.Is(err, zerocopy.ErrClosed) {
+			t.Errorf("%s: read after reuse: err = %v, want ErrClosed", name, err)
+		}
+		if _, err := d.Retain(); !errors.Is(err, zerocopy.ErrClosed) {
+			t.Errorf("%s: Retain after reuse: err = %v, want ErrClosed", name, err)
+		}
+	}
+	cur, _ := v.Slice(0, 1, 2, 1)
+	if got, err := zerocopy.HostSliceRO[float32](cur); err != nil || got[0] != 6 {
+		t.Errorf("a view derived from the new use reads %v, %v; want [6]", got, err)
+	}
+	v.Close()
 }

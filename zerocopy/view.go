@@ -48,10 +48,15 @@ type View struct {
 	readOnly bool
 	copied   bool
 	foreign  bool
-	closed   atomic.Bool
-	owner    *Owner
-	holder   *View       // the view whose reference this one borrows; nil when it holds its own
-	leak     *leakRecord // the leak safety net, when SetLeakReporter was on at creation
+	// state is even while the view is open and odd once closed; each Init
+	// of a closed view (a caller reusing its allocation) starts the next
+	// even value, so that views derived from an earlier use, which
+	// remember the value they saw (hstate), stay closed.
+	state  atomic.Uint32
+	hstate uint32
+	owner  *Owner
+	holder *View       // the view whose reference this one borrows; nil when it holds its own
+	leak   *leakRecord // the leak safety net, when SetLeakReporter was on at creation
 }
 
 // Wrap makes a View of s owned by owner, taking over one reference the
@@ -72,7 +77,7 @@ func Wrap(s Spec, owner *Owner) (*View, error) {
 
 func newView(s Spec, owner *Owner) (*View, error) {
 	v := new(View)
-	if err := v.init(s, owner); err != nil {
+	if err := v.init(&s, owner); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -81,9 +86,12 @@ func newView(s Spec, owner *Owner) (*View, error) {
 // Init makes v, a zero View the caller allocated, a view of s owned by
 // owner, as Wrap does (taking over one reference on owner, released on
 // error too): for callers that place the view, its owner (Owner.Init) and
-// their own state in one allocation, as importers do per tensor.
+// their own state in one allocation, as importers do per tensor. v may
+// also be a closed view the caller made this way and is done with (a
+// reused allocation): views derived from its earlier use stay closed.
+// Init of an open view is an error.
 func (v *View) Init(s Spec, owner *Owner) error {
-	if err := v.init(s, owner); err != nil {
+	if err := v.init(&s, owner); err != nil {
 		if owner != nil {
 			owner.Release()
 		}
@@ -92,15 +100,22 @@ func (v *View) Init(s Spec, owner *Owner) error {
 	return nil
 }
 
-func (v *View) init(s Spec, owner *Owner) error {
+func (v *View) init(s *Spec, owner *Owner) error {
 	if owner == nil {
 		return fmt.Errorf("zerocopy: Wrap needs an Owner (use NewOwner(nil, label) for memory nobody frees)")
 	}
-	l, err := validateSpec(&s)
-	if err != nil {
+	if st := v.state.Load(); st != 0 || v.owner != nil {
+		if st&1 == 0 {
+			return fmt.Errorf("zerocopy: Init of an open view (%s)", v.owner.label)
+		}
+		v.holder, v.hstate, v.leak = nil, 0, nil
+		v.state.Store(st + 1)
+	}
+	if err := validateSpec(s, &v.lay); err != nil {
+		v.state.Add(1) // a failed Init leaves the view closed
 		return err
 	}
-	v.base, v.lay, v.device = s.Ptr, l, s.Device
+	v.base, v.device = s.Ptr, s.Device
 	v.readOnly, v.copied, v.foreign, v.owner = s.ReadOnly, s.Copied, s.Foreign, owner
 	if s.Stream != 0 { // a view of memory that has others keeps their pending write
 		v.owner.pend.Store(newPending(s.Stream, -1))
@@ -109,20 +124,21 @@ func (v *View) init(s Spec, owner *Owner) error {
 	return nil
 }
 
-// validateSpec checks a spec before any view is built on it and returns its
-// layout.
-func validateSpec(s *Spec) (Layout, error) {
-	l, err := newLayout(s.DType, s.Shape, s.Strides, s.Padded)
-	if err != nil {
-		return Layout{}, err
+// validateSpec checks a spec before any view is built on it and makes l its
+// layout (in place; l is left partly written on error).
+func validateSpec(s *Spec, l *Layout) error {
+	if err := l.set(s.DType, s.Shape, s.Strides, s.Padded); err != nil {
+		return err
 	}
 	if !s.Device.Type.Valid() {
-		return Layout{}, fmt.Errorf("zerocopy: device type %d is not a DLDeviceType", s.Device.Type)
+		return fmt.Errorf("zerocopy: device type %d is not a DLDeviceType", s.Device.Type)
 	}
-	if n := l.Len(); s.Ptr == 0 && n != 0 {
-		return Layout{}, fmt.Errorf("zerocopy: data pointer is NULL for %d elements", n)
+	if s.Ptr == 0 {
+		if n := l.Len(); n != 0 {
+			return fmt.Errorf("zerocopy: data pointer is NULL for %d elements", n)
+		}
 	}
-	return l, nil
+	return nil
 }
 
 // shapeElements checks a shape a caller hands in (ndim within 0..64, no
@@ -202,7 +218,17 @@ func (v *View) Owner() *Owner { return v.owner }
 
 // Alive reports whether the view (or the view whose reference it borrows)
 // is open and its memory still held.
-func (v *View) Alive() bool { return !v.ref().closed.Load() && v.owner.Alive() }
+func (v *View) Alive() bool { return !v.isClosed() && v.owner.Alive() }
+
+// isClosed reports whether v, or the view whose reference it borrows, is
+// closed (or was, in an earlier use of a reused allocation).
+func (v *View) isClosed() bool {
+	if v.holder == nil {
+		return v.state.Load()&1 != 0
+	}
+	st := v.holder.state.Load()
+	return st&1 != 0 || st != v.hstate
+}
 
 // IsCContiguous reports compact row-major layout (extent-1 dims ignored).
 func (v *View) IsCContiguous() bool { return v.lay.IsCContiguous() }
@@ -221,7 +247,11 @@ var ErrClosed = errors.New("zerocopy: use of a closed view")
 // Close drops this view's reference on the owner. Closing twice is a no-op,
 // and so is closing a derived view, which holds no reference of its own.
 func (v *View) Close() error {
-	if v.holder != nil || !v.closed.CompareAndSwap(false, true) {
+	if v.holder != nil {
+		return nil
+	}
+	st := v.state.Load()
+	if st&1 != 0 || !v.state.CompareAndSwap(st, st+1) {
 		return nil
 	}
 	v.stopLeak()
@@ -238,7 +268,7 @@ func (v *View) ref() *View {
 
 // check returns an error when the view is closed or its memory released.
 func (v *View) check() error {
-	if v.ref().closed.Load() {
+	if v.isClosed() {
 		return ErrClosed
 	}
 	if !v.owner.Alive() {
@@ -267,8 +297,12 @@ func (v *View) Retain() (*View, error) {
 // it in) that borrows v's reference (see View). It never fails: a view
 // derived from a closed view reports ErrClosed when it is used.
 func (v *View) sub(l *Layout) *View {
+	h := v.ref()
 	nv := &View{base: v.base, device: v.device, readOnly: v.readOnly, copied: v.copied,
-		foreign: v.foreign, owner: v.owner, holder: v.ref()}
+		foreign: v.foreign, owner: v.owner, holder: h, hstate: h.state.Load()}
+	if v.holder != nil && v.hstate != nv.hstate {
+		nv.hstate = h.state.Load() | 1 // derived from a view of an earlier use: closed too
+	}
 	if l != nil {
 		nv.lay = *l
 	}

@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -88,7 +89,7 @@ func codeOf(err error) pybridge.Code {
 // outlive the call: Go reports a token, C answers with a Python object
 // that holds the memory (dlb_call_keep), and the last release drops it.
 type argKeeper struct {
-	state atomic.Int32
+	state int32          // sync/atomic's functions; written plainly only before the call shares it
 	keep  unsafe.Pointer // a PyObject*, once kept
 }
 
@@ -101,13 +102,13 @@ const (
 
 func (k *argKeeper) Release() {
 	for {
-		switch k.state.Load() {
+		switch atomic.LoadInt32(&k.state) {
 		case keepInCall:
-			if k.state.CompareAndSwap(keepInCall, keepReleased) {
+			if atomic.CompareAndSwapInt32(&k.state, keepInCall, keepReleased) {
 				return
 			}
 		case keepAwaiting:
-			if k.state.CompareAndSwap(keepAwaiting, keepReleased) {
+			if atomic.CompareAndSwapInt32(&k.state, keepAwaiting, keepReleased) {
 				return // C has not given its object yet: it drops it at once
 			}
 		case keepKept:
@@ -135,7 +136,7 @@ func dlb_call_keep(token C.uint64_t, obj unsafe.Pointer) C.int32_t {
 			return err
 		}
 		k.keep = obj
-		if !k.state.CompareAndSwap(keepAwaiting, keepKept) {
+		if !atomic.CompareAndSwapInt32(&k.state, keepAwaiting, keepKept) {
 			pybridge.PyDecRef(obj) // released meanwhile: nothing to keep
 		}
 		return nil
@@ -147,12 +148,17 @@ func dlb_call_keep(token C.uint64_t, obj unsafe.Pointer) C.int32_t {
 func defaultStream(dev int) (uintptr, error) { return pybridge.WorkStream(int32(dev)), nil }
 
 // lentArg is the Go side of memory a Python object lends to a call: the
-// view, its owner and the owner's releaser in one allocation.
+// view, its owner and the owner's releaser in one allocation, used again
+// by later calls unless the body kept the view (allocating it per call
+// cost more than the rest of the argument: bench/results/gofunc-2core).
+// Views derived from an earlier use stay closed (zerocopy.View.Init).
 type lentArg struct {
 	view   zerocopy.View
 	owner  zerocopy.Owner
 	keeper argKeeper
 }
+
+var lentArgs = sync.Pool{New: func() any { return new(lentArg) }}
 
 // callArg is one argument's Go side during a call.
 type callArg struct {
@@ -202,27 +208,12 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	}
 	a.Tensors, a.Values, side = a.Tensors[:n], a.Values[:n], side[:n]
 	defer release(side, cargs)
-	// The lent arguments' views, owners and releasers: one allocation.
-	nlent := 0
-	for i := range cargs {
-		if cargs[i].kind == C.DLB_ARG_MEMORY && f.Params[i].Kind == pyfunc.TensorKind {
-			nlent++
-		}
-	}
-	var lent []lentArg
-	if nlent > 0 {
-		lent = make([]lentArg, nlent)
-	}
 	for i := range cargs {
 		ca := &cargs[i]
 		ca.kept = 0
 		p := &f.Params[i]
 		if p.Kind == pyfunc.TensorKind {
-			var l *lentArg
-			if ca.kind == C.DLB_ARG_MEMORY {
-				l, lent = &lent[0], lent[1:]
-			}
-			v, err := tensorArg(f, p, ca, &side[i], l)
+			v, err := tensorArg(f, p, ca, &side[i])
 			if err != nil {
 				return err
 			}
@@ -263,9 +254,8 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	return publishResults(f, &out, side, res, infos)
 }
 
-// tensorArg makes the view of a tensor argument; l is the place of a lent
-// one's view (DLB_ARG_MEMORY).
-func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, l *lentArg) (*zerocopy.View, error) {
+// tensorArg makes the view of a tensor argument.
+func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*zerocopy.View, error) {
 	switch ca.kind {
 	case C.DLB_ARG_HANDLE:
 		t, err := pybridge.Borrow(pybridge.Handle(ca.handle))
@@ -297,8 +287,12 @@ func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, l 
 		} else {
 			s.Shape = []int64{}
 		}
+		l := lentArgs.Get().(*lentArg)
+		l.keeper.state = keepInCall // not shared yet
 		l.owner.Init(&l.keeper, "call argument")
 		if err := l.view.Init(s, &l.owner); err != nil {
+			// Init released the owner: l is free again.
+			lentArgs.Put(l)
 			return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err))
 		}
 		side.lent = l
@@ -317,7 +311,9 @@ func release(side []callArg, cargs []C.dlb_arg) {
 		}
 		if l := s.lent; l != nil {
 			l.view.Close()
-			if l.keeper.state.CompareAndSwap(keepInCall, keepAwaiting) {
+			if atomic.LoadInt32(&l.keeper.state) == keepReleased {
+				lentArgs.Put(l) // nothing of it outlives the call
+			} else if atomic.CompareAndSwapInt32(&l.keeper.state, keepInCall, keepAwaiting) {
 				cargs[i].kept = C.uint64_t(awaitingKeep.Add(&l.keeper))
 			}
 		}

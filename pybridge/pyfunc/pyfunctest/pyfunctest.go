@@ -24,6 +24,8 @@ func init() {
 	pyfunc.Register("pytest.keep(x: float32 cpu)", Keep)
 	pyfunc.Register("pytest.kept_sum()", KeptSum)
 	pyfunc.Register("pytest.drop()", Drop)
+	pyfunc.Register("pytest.keep_unretained(x: float32 [N] cpu)", KeepUnretained)
+	pyfunc.Register("pytest.unretained_sum(busy: cpu)", UnretainedSum)
 	pyfunc.Register("pytest.pair(n)", Pair)
 	pyfunc.Register("pytest.stream_of(x: cuda)", StreamOf)
 	pyfunc.Register("pytest.fill_async(x: float32 cuda writable, v)", FillAsync)
@@ -116,6 +118,43 @@ func Drop() {
 		kept.v.Close()
 		kept.v = nil
 	}
+}
+
+// unretained is a view derived from an argument and kept past the call
+// without Retain: the misuse the rule of zerocopy.View forbids, which must
+// fail loudly when used, also after the call's views are reused.
+var unretained struct {
+	sync.Mutex
+	v *zerocopy.View
+}
+
+// KeepUnretained keeps x[1:] after the call without a reference of its own.
+func KeepUnretained(x *zerocopy.View) error {
+	s, err := x.Slice(0, 1, x.Len(), 1)
+	if err != nil {
+		return err
+	}
+	unretained.Lock()
+	defer unretained.Unlock()
+	unretained.v = s
+	return nil
+}
+
+// UnretainedSum sums the elements of the view KeepUnretained kept; busy,
+// unused, makes the call take a view of its own (the allocation of the
+// kept view's parent, used again).
+func UnretainedSum(busy *zerocopy.View) (float64, error) {
+	unretained.Lock()
+	defer unretained.Unlock()
+	xs, err := zerocopy.HostSliceRO[float32](unretained.v)
+	if err != nil {
+		return 0, err
+	}
+	var s float64
+	for _, x := range xs {
+		s += float64(x)
+	}
+	return s, nil
 }
 
 // Pair returns two new host tensors: 0..n-1 as float32 and as int64.

@@ -237,6 +237,17 @@ def test_a_view_kept_after_the_call_keeps_its_memory():
     y.resize(100, refcheck=False)  # Go let go of it
 
 
+def test_a_view_kept_without_retain_fails_loudly_after_the_call():
+    # The body keeps x[1:] without a reference of its own. Its use after
+    # the call is an error, also once later calls reuse the call's views.
+    x = np.arange(4, dtype=np.float32)
+    y = np.full(4, 100, np.float32)
+    for _ in range(20):
+        ops.pytest.keep_unretained(x)
+        with pytest.raises(Exception, match="closed view"):
+            ops.pytest.unretained_sum(y)  # never y[1:]'s sum, 300.0
+
+
 def test_calls_leave_no_handles_or_exports_behind():
     gc.collect()
     before = dlbridge.debug_stats()
