@@ -34,6 +34,7 @@ func init() {
 	pyfunc.Register("pytest.slow(x: float32 cpu writable, v, spins)", Slow)
 	pyfunc.Register("pytest.full_like(x: float32 cuda, v)", FullLike)
 	pyfunc.Register("pytest.nothing()", Nothing)
+	pyfunc.Register("pytest.layout(x)", Layout)
 	pyfunc.Register("pytest.fill_times(x: float32 cuda writable, v, times)", FillTimes)
 }
 
@@ -201,6 +202,12 @@ func Sum(x *zerocopy.View) (float64, error) {
 		err = zerocopy.Each(x, func(_ []int64, v float64) bool { s += v; return true })
 	}
 	return s, err
+}
+
+// Layout is what Go sees of x: "dtype shape strides readonly", and the
+// address of its first element.
+func Layout(x *zerocopy.View) (string, uint64) {
+	return fmt.Sprintf("%s %v %v %v", x.DType(), x.Shape(), x.Strides(), x.ReadOnly()), uint64(x.Ptr())
 }
 
 // Count is the number of elements of x.

@@ -613,7 +613,7 @@ static __attribute__((noinline)) int pair_arg_checked(PyObject *v, const char *n
 
 // ---- _CTensor methods ----
 
-static PyObject *s_stream, *s_max_version, *s_dl_device, *s_copy;
+static PyObject *s_stream, *s_max_version, *s_dl_device, *s_copy, *s_numpy;
 
 static int kw_is(PyObject *name, PyObject *want) { return name == want || PyUnicode_Compare(name, want) == 0; }
 
@@ -1147,28 +1147,28 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 
 // ---- copy_ from a NumPy array ----
 
-// ndarray_type is numpy.ndarray, remembered when first seen: copy_host
-// takes exactly that type (a subclass or another buffer exporter goes the
-// general way, as asarray would take it).
-static PyTypeObject *ndarray_type;
+// ndarray_type is numpy.ndarray, looked up in sys.modules (NumPy is never
+// imported here) until NumPy is there. copy_host and the calls of Go
+// functions take exactly that type (a subclass or another buffer exporter
+// goes the general way, as asarray would take it).
+static PyTypeObject *ndarray_type; // a reference, once found
 
-static int is_ndarray(PyObject *o) {
-	PyTypeObject *tp = Py_TYPE(o);
-	if (ndarray_type) return tp == ndarray_type;
-	PyObject *name = PyObject_GetAttrString((PyObject *)tp, "__name__"); // PyType_GetName is 3.11+
-	if (!name) return -1;
-	int yes = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "ndarray") == 0;
-	Py_DECREF(name);
-	if (!yes) return 0;
-	PyObject *mod = PyObject_GetAttrString((PyObject *)tp, "__module__");
-	if (!mod) return -1;
-	yes = PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "numpy") == 0;
-	Py_DECREF(mod);
-	if (yes) {
-		Py_INCREF((PyObject *)tp);
-		ndarray_type = tp;
+static int is_ndarray(PyObject *obj) {
+	if (ndarray_type) return Py_TYPE(obj) == ndarray_type;
+	PyObject *np = PyImport_GetModule(s_numpy);
+	if (!np) {
+		PyErr_Clear();
+		return 0;
 	}
-	return yes;
+	PyObject *t = PyObject_GetAttrString(np, "ndarray");
+	Py_DECREF(np);
+	if (!t || !PyType_Check(t)) {
+		PyErr_Clear();
+		Py_XDECREF(t);
+		return 0;
+	}
+	ndarray_type = (PyTypeObject *)t;
+	return Py_TYPE(obj) == ndarray_type;
 }
 
 // buffer_dtype reads a buffer's struct format (native byte order, one
@@ -1627,7 +1627,9 @@ typedef struct {
 	Py_buffer buf;     // held when has_buf
 	int has_buf;
 	PyObject *ex_kind; // the producer's exchange API capsule (borrowed from kinds), for a kept DLTensor
+	PyObject *held;    // an ndarray read directly (a reference), or NULL
 	int64_t strides[ARG_INLINE_DIMS]; // a buffer's strides in elements, up to ARG_INLINE_DIMS dimensions
+	int64_t shape[ARG_INLINE_DIMS];   // an ndarray's shape, copied
 } argkeep;
 
 // call_stream_of_kind is the stream the caller works on for a CUDA tensor of
@@ -1643,6 +1645,76 @@ static int call_stream_of_kind(PyObject *kind, int32_t dev, int64_t *out) {
 		return 0;
 	}
 	return probe_stream(kind, dev, out);
+}
+
+// ---- NumPy arrays read directly ----
+//
+// The buffer protocol costs NumPy a format string, an allocation and a
+// comparison with its cached copy each time (a fifth of a Go function
+// call over two small arrays: bench/results/gofunc-2core). An exact
+// numpy.ndarray is read from its fields instead, which NumPy keeps
+// stable across 1.x and 2.x (PyArrayObject_fields, and a descriptor's
+// byteorder and type_num); anything unusual (another byte order, a dtype
+// dlbridge lacks, strides that are not whole items, more than
+// ARG_INLINE_DIMS dimensions) takes the buffer protocol as before.
+typedef struct {
+	PyObject_HEAD
+	char *data;
+	int nd;
+	Py_ssize_t *dimensions;
+	Py_ssize_t *strides;
+	PyObject *base;
+	PyObject *descr;
+	int flags;
+} np_array_head;
+
+typedef struct {
+	PyObject_HEAD
+	PyTypeObject *typeobj;
+	char kind, type, byteorder, flags;
+	int type_num;
+} np_descr_head;
+
+#define NPY_WRITEABLE_FLAG 0x0400
+
+// ndarray_dtype maps a NumPy type number (LP64: long is 64 bits) to a
+// DLPack dtype; 0 for the ones the buffer path should judge.
+static int ndarray_dtype(int type_num, uint8_t *code, uint8_t *bits) {
+	static const uint8_t codes[24] = {6, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 2, 0xff, 5, 5, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2};
+	static const uint8_t widths[24] = {8, 8, 8, 16, 16, 32, 32, 64, 64, 64, 64, 32, 64, 0, 64, 128, 0, 0, 0, 0, 0, 0, 0, 16};
+	if (type_num < 0 || type_num >= 24 || codes[type_num] == 0xff || sizeof(long) != 8) return 0;
+	*code = codes[type_num], *bits = widths[type_num];
+	return 1;
+}
+
+// ndarray_arg fills a for an exact ndarray, copying its shape and strides
+// into k (another thread may reshape the array while the call runs without
+// the GIL). 0 when the array needs the buffer path.
+static int ndarray_arg(PyObject *obj, dlb_arg *a, argkeep *k) {
+	np_array_head *arr = (np_array_head *)obj;
+	np_descr_head *d = (np_descr_head *)arr->descr;
+	uint8_t code, bits;
+	int nd = arr->nd;
+	if (nd < 0 || nd > ARG_INLINE_DIMS || !d || d->byteorder == '>' || !ndarray_dtype(d->type_num, &code, &bits)) return 0;
+	int64_t item = bits / 8;
+	for (int i = 0; i < nd; i++) {
+		int64_t st = arr->strides[i];
+		if (st % item) return 0;
+		k->shape[i] = arr->dimensions[i];
+		k->strides[i] = st / item;
+	}
+	Py_INCREF(obj); // held for the call, as a buffer export would be
+	k->held = obj;
+	a->kind = DLB_ARG_MEMORY;
+	a->handle = (uint64_t)(uintptr_t)arr->data;
+	a->device_type = DLB_CPU;
+	a->device_id = 0;
+	a->code = code, a->bits = bits, a->lanes = 1;
+	a->ndim = nd;
+	a->flags = arr->flags & NPY_WRITEABLE_FLAG ? 0 : DLB_INFO_READONLY;
+	a->shape = k->shape;
+	a->strides = k->strides;
+	return 1;
 }
 
 // tensor_arg fills a for obj, recording in k what to give back. *stream is
@@ -1666,6 +1738,7 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 		return 0;
 	}
 	PyObject *kind = NULL;
+	if (is_ndarray(obj) && ndarray_arg(obj, a, k)) return 0;
 	if (PyObject_CheckBuffer(obj)) {
 		if (PyObject_GetBuffer(obj, &k->buf, PyBUF_RECORDS_RO) == 0) {
 			uint8_t code, bits;
@@ -1864,7 +1937,7 @@ static void give_back(argkeep *k, dlb_arg *a) {
 		PyObject *keep = NULL;
 		PyObject *et, *ev, *tb;
 		PyErr_Fetch(&et, &ev, &tb);
-		if (k->has_buf) {
+		if (k->has_buf || k->held) {
 			keep = PyMemoryView_FromObject(k->obj); // its own export of the buffer
 		} else if (k->ex_kind) {
 			keep = exchange_import(tensor_class, k->obj, k->ex_kind); // its own reference on the memory
@@ -1882,6 +1955,7 @@ static void give_back(argkeep *k, dlb_arg *a) {
 	if (k->has_buf) PyBuffer_Release(&k->buf);
 	if (a->kind == DLB_ARG_MEMORY && k->has_buf && a->strides != k->strides) PyMem_Free((void *)a->strides);
 	Py_XDECREF(k->temp);
+	Py_XDECREF(k->held);
 }
 
 static int kw_index(gofn *g, PyObject *key) {
@@ -1935,7 +2009,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 	dlb_arg a[GOFN_MAX_PARAMS];
 	argkeep k[GOFN_MAX_PARAMS];
 	memset(a, 0, sizeof(dlb_arg) * (size_t)np);
-	for (int i = 0; i < np; i++) k[i].obj = k[i].temp = k[i].ex_kind = NULL, k[i].has_buf = 0;
+	for (int i = 0; i < np; i++) k[i].obj = k[i].temp = k[i].ex_kind = k[i].held = NULL, k[i].has_buf = 0;
 	int64_t stream = 0;
 	int32_t stream_dev = -1;
 	int stream_known = 0;
@@ -2181,12 +2255,13 @@ PyMODINIT_FUNC PyInit__core(void) {
 	s_max_version = PyUnicode_InternFromString("max_version");
 	s_dl_device = PyUnicode_InternFromString("dl_device");
 	s_copy = PyUnicode_InternFromString("copy");
+	s_numpy = PyUnicode_InternFromString("numpy");
 	s_result_type = PyUnicode_InternFromString("result_type");
 	s_dlpack = PyUnicode_InternFromString("__dlpack__");
 	s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
 	max_version_13 = Py_BuildValue("(ii)", 1, 3);
 	producer_kinds = PyDict_New();
-	if (!s_stream || !s_result_type || !s_max_version || !s_dl_device || !s_copy || !s_dlpack || !s_dlpack_device || !max_version_13 ||
+	if (!s_stream || !s_numpy || !s_result_type || !s_max_version || !s_dl_device || !s_copy || !s_dlpack || !s_dlpack_device || !max_version_13 ||
 	    !producer_kinds)
 		return NULL;
 	PyObject *m = PyModule_Create(&module_def);

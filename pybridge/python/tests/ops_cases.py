@@ -79,6 +79,50 @@ def test_scale_other_producers_and_temporaries():
     assert a.tolist() == [10, 20, 30]
 
 
+def _numpy_cases():
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    ro = np.arange(5, dtype=np.int16)
+    ro.setflags(write=False)
+    cases = [base, base[:, ::2, ::-1], base.T, base[1], np.array(3, np.float32),
+             np.zeros((0, 3), np.float32), ro, np.ones(9, bool), np.arange(6, dtype=np.float16)[::3],
+             np.arange(4, dtype=np.complex64), np.arange(4, dtype=np.complex128), np.zeros((1,) * 8, np.uint8)]
+    for t in ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f8", "<f4", "=i8", np.intc, np.int_, np.uint, np.longlong):
+        cases.append(np.arange(6, dtype=t).reshape(3, 2)[::-1])
+    return cases
+
+
+@pytest.mark.parametrize("x", _numpy_cases(), ids=lambda x: f"{x.dtype.str}{list(x.shape)}{list(x.strides)}")
+def test_numpy_arrays_reach_go_as_they_are(x):
+    # NumPy arrays are read from their fields, not the buffer protocol:
+    # Go sees the same dtype, shape, strides, flag and first element.
+    names = {"b1": "bool", "f2": "float16", "c8": "complex64", "c16": "complex128"}
+    kind = names.get(x.dtype.str[1:], {"i": "int", "u": "uint", "f": "float"}.get(x.dtype.kind, "?") + str(x.itemsize * 8))
+    strides = [s // x.itemsize for s in x.strides]
+    want = f"{kind} {list(x.shape)} {strides} {str(not x.flags.writeable).lower()}".replace(",", "")
+    got, ptr = ops.pytest.layout(x)
+    if x.size == 0:  # strides of an empty array say nothing: paths differ
+        got, want = got.split(" [")[0:2], want.split(" [")[0:2]
+    assert got == want
+    assert ptr == x.__array_interface__["data"][0]
+
+
+def test_numpy_arrays_the_direct_read_does_not_take():
+    # Another byte order, a dtype dlbridge lacks, more dimensions than the
+    # inline room, subclasses and strides that are not whole items go the
+    # general way: taken where that can, refused with the reason elsewhere.
+    nine = np.zeros((1,) * 9 + (2,), np.float32)
+    assert ops.pytest.layout(nine)[0] == "float32 [1 1 1 1 1 1 1 1 1 2] [2 2 2 2 2 2 2 2 2 1] false"
+    m = np.ma.masked_array(np.arange(3, dtype=np.float32))
+    assert ops.pytest.layout(m)[0] == "float32 [3] [1] false"
+    with pytest.raises((TypeError, BufferError, ValueError), match="argument x"):
+        ops.pytest.layout(np.arange(3, dtype=">f4"))
+    with pytest.raises((TypeError, BufferError, ValueError), match="argument x"):
+        ops.pytest.layout(np.zeros(3, np.longdouble))
+    packed = np.zeros(4, dtype=[("a", "u1"), ("b", "f4")])["b"]  # strides of 5 bytes
+    with pytest.raises((TypeError, BufferError, ValueError), match="argument x"):
+        ops.pytest.layout(packed)
+
+
 def test_results_come_back_as_the_callers_type():
     torch = pytest.importorskip("torch")
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
