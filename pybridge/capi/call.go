@@ -149,16 +149,37 @@ func defaultStream(dev int) (uintptr, error) { return pybridge.WorkStream(int32(
 
 // lentArg is the Go side of memory a Python object lends to a call: the
 // view, its owner and the owner's releaser in one allocation, used again
-// by later calls unless the body kept the view (allocating it per call
-// cost more than the rest of the argument: bench/results/gofunc-2core).
-// Views derived from an earlier use stay closed (zerocopy.View.Init).
+// by later calls unless the body kept the view. Views derived from an
+// earlier use stay closed (zerocopy.View.Init).
 type lentArg struct {
 	view   zerocopy.View
 	owner  zerocopy.Owner
 	keeper argKeeper
 }
 
-var lentArgs = sync.Pool{New: func() any { return new(lentArg) }}
+// callScratch is what a call needs besides its arguments' memory, taken
+// from and given back to scratches once a call: sync.Pool's per-thread
+// slot costs no locked instruction, and allocating the lent views per call
+// cost more than the rest of the argument (bench/results/gofunc-2core).
+type callScratch struct {
+	args    pyfunc.Args
+	tensors [pyfunc.MaxParams]*zerocopy.View
+	values  [pyfunc.MaxParams]pyfunc.Value
+	side    [pyfunc.MaxParams]callArg
+	lent    [pyfunc.MaxParams]*lentArg // nil where a body kept the last one
+}
+
+var scratches = sync.Pool{New: func() any { return new(callScratch) }}
+
+// done clears what the call of n arguments left (no pointer outlives it in
+// the pool) and gives sc back.
+func (sc *callScratch) done(n int) {
+	clear(sc.tensors[:n])
+	clear(sc.values[:n])
+	clear(sc.side[:n])
+	sc.args = pyfunc.Args{}
+	scratches.Put(sc)
+}
 
 // callArg is one argument's Go side during a call.
 type callArg struct {
@@ -195,25 +216,18 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	}
 	// Sound: the caller's array of nargs arguments, valid for this call.
 	cargs := unsafe.Slice(args, n)
-	var (
-		tensorsBuf [8]*zerocopy.View
-		valuesBuf  [8]pyfunc.Value
-		sideBuf    [8]callArg
-	)
-	a := pyfunc.Args{Tensors: tensorsBuf[:0], Values: valuesBuf[:0], Stream: uintptr(stream),
+	sc := scratches.Get().(*callScratch)
+	a := &sc.args
+	*a = pyfunc.Args{Tensors: sc.tensors[:n], Values: sc.values[:n], Stream: uintptr(stream),
 		StreamDevice: int(streamDev), DefaultStream: defaultStream}
-	side := sideBuf[:0]
-	if n > len(tensorsBuf) {
-		a.Tensors, a.Values, side = make([]*zerocopy.View, 0, n), make([]pyfunc.Value, 0, n), make([]callArg, 0, n)
-	}
-	a.Tensors, a.Values, side = a.Tensors[:n], a.Values[:n], side[:n]
-	defer release(side, cargs)
+	side := sc.side[:n]
+	defer sc.release(cargs)
 	for i := range cargs {
 		ca := &cargs[i]
 		ca.kept = 0
 		p := &f.Params[i]
 		if p.Kind == pyfunc.TensorKind {
-			v, err := tensorArg(f, p, ca, &side[i])
+			v, err := tensorArg(f, p, ca, &side[i], &sc.lent[i])
 			if err != nil {
 				return err
 			}
@@ -236,7 +250,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 			return pybridge.Errorf(pybridge.TypeError, "%s: argument %s: want %s, got a tensor", f.Name, p.Name, p.GoType)
 		}
 	}
-	out, err := f.Call(&a, 0)
+	out, err := f.Call(a, 0)
 	if err != nil {
 		return err
 	}
@@ -254,8 +268,9 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	return publishResults(f, &out, side, res, infos)
 }
 
-// tensorArg makes the view of a tensor argument.
-func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*zerocopy.View, error) {
+// tensorArg makes the view of a tensor argument; *lent is the allocation
+// for a lent one's view (nil: make one).
+func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, lent **lentArg) (*zerocopy.View, error) {
 	switch ca.kind {
 	case C.DLB_ARG_HANDLE:
 		t, err := pybridge.Borrow(pybridge.Handle(ca.handle))
@@ -287,13 +302,15 @@ func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*
 		} else {
 			s.Shape = []int64{}
 		}
-		l := lentArgs.Get().(*lentArg)
+		l := *lent
+		if l == nil {
+			l = new(lentArg)
+			*lent = l
+		}
 		l.keeper.state = keepInCall // not shared yet
 		l.owner.Init(&l.keeper, "call argument")
 		if err := l.view.Init(s, &l.owner); err != nil {
-			// Init released the owner: l is free again.
-			lentArgs.Put(l)
-			return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err))
+			return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err)) // l is free again
 		}
 		side.lent = l
 		return &l.view, nil
@@ -301,23 +318,26 @@ func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg) (*
 	return nil, pybridge.Errorf(pybridge.TypeError, "%s: missing tensor argument %s", f.Name, p.Name)
 }
 
-// release ends the call's hold on its arguments. Memory a Python object
-// lent that the body kept gets a token in dlb_arg.kept (see argKeeper).
-func release(side []callArg, cargs []C.dlb_arg) {
-	for i := range side {
-		s := &side[i]
+// release ends the call's hold on its arguments and gives sc back. Memory
+// a Python object lent that the body kept gets a token in dlb_arg.kept
+// (see argKeeper), and its allocation stays with it.
+func (sc *callScratch) release(cargs []C.dlb_arg) {
+	for i := range cargs {
+		s := &sc.side[i]
 		if s.borrowed != nil {
 			s.borrowed.Return()
 		}
 		if l := s.lent; l != nil {
 			l.view.Close()
-			if atomic.LoadInt32(&l.keeper.state) == keepReleased {
-				lentArgs.Put(l) // nothing of it outlives the call
-			} else if atomic.CompareAndSwapInt32(&l.keeper.state, keepInCall, keepAwaiting) {
-				cargs[i].kept = C.uint64_t(awaitingKeep.Add(&l.keeper))
+			if atomic.LoadInt32(&l.keeper.state) != keepReleased {
+				sc.lent[i] = nil
+				if atomic.CompareAndSwapInt32(&l.keeper.state, keepInCall, keepAwaiting) {
+					cargs[i].kept = C.uint64_t(awaitingKeep.Add(&l.keeper))
+				}
 			}
 		}
 	}
+	sc.done(len(cargs))
 }
 
 // publishResults hands the results to C: each tensor result under a handle

@@ -28,9 +28,12 @@ type Frame struct {
 	RStr [maxSlots]string
 }
 
-// maxSlots bounds the parameters and results a Frame carries; functions
-// with more are called through reflection.
+// maxSlots bounds the parameters and results a Frame carries; Register
+// refuses functions with more.
 const maxSlots = 16
+
+// MaxParams is the most parameters (and results) a registered function has.
+const MaxParams = maxSlots
 
 // An Invoker calls one registered function with a Frame's arguments and
 // stores its results there, without reflection. Invokers are made by
