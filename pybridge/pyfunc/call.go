@@ -255,7 +255,7 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 			return out, fmt.Errorf("%s: ordering argument %s before the call: %w", f.Name, f.Params[i].Name, err)
 		}
 	}
-	fr := f.spare.Swap(nil)
+	fr, _ := f.frames.Get().(*Frame)
 	if fr == nil {
 		fr = new(Frame)
 	}
@@ -296,8 +296,7 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 }
 
 // reset clears what f's call left in fr (no pointer outlives the call in
-// a spare frame) and keeps it as f's spare: a call takes the spare or, when
-// another call has it, a new frame.
+// a pooled frame) and gives it back to f's pool.
 func (fr *Frame) reset(f *Func) {
 	fr.S = nil
 	for i := 0; i < f.nin; i++ {
@@ -306,7 +305,7 @@ func (fr *Frame) reset(f *Func) {
 	for i := range f.Results {
 		fr.RV[i], fr.RStr[i] = nil, ""
 	}
-	f.spare.Store(fr)
+	f.frames.Put(fr)
 }
 
 // closeResults closes the result views the body made before it failed.
@@ -399,7 +398,7 @@ func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error
 			got, _ := v.Dim(j)
 			switch {
 			case d.Name != "":
-				b := &binds[f.dimIndex(d.Name)]
+				b := &binds[p.dimAt[j]]
 				if b.set && b.size != got {
 					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Name, b.size, b.from)
 				}

@@ -55,6 +55,7 @@ type Param struct {
 	goIndex  int   // the Go parameter it is
 	bits     int   // an int, uint or float type's width
 	defValue Value // Default as a Value
+	dimAt    []int // for each dimension of Tensor.Shape, its index in Func.dims (-1: unnamed)
 }
 
 // Result is one result of a registered function.
@@ -75,7 +76,7 @@ type Func struct {
 
 	fn        reflect.Value
 	invoker   atomic.Pointer[Invoker]
-	spare     atomic.Pointer[Frame] // a frame for the next call
+	frames    sync.Pool // *Frame: sync.Pool's per-thread slot costs no locked instruction
 	nin       int                   // the Go function's parameter count
 	streamAt  int                   // index of the *cuda.Stream parameter, -1 if none
 	hasErr    bool                  // the last result is an error
@@ -260,9 +261,14 @@ func NewFunc(schema string, fn any, doc ...string) (*Func, error) {
 		p.goIndex = i
 		if p.Kind == TensorKind {
 			f.tensorIdx = append(f.tensorIdx, len(f.Params))
-			for _, d := range p.Tensor.Shape {
-				if d.Name != "" && !contains(f.dims, d.Name) {
-					f.dims = append(f.dims, d.Name)
+			p.dimAt = make([]int, len(p.Tensor.Shape))
+			for j, d := range p.Tensor.Shape {
+				p.dimAt[j] = -1
+				if d.Name != "" {
+					if !contains(f.dims, d.Name) {
+						f.dims = append(f.dims, d.Name)
+					}
+					p.dimAt[j] = f.dimIndex(d.Name)
 				}
 			}
 		}
