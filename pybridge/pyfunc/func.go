@@ -77,9 +77,9 @@ type Func struct {
 	fn        reflect.Value
 	invoker   atomic.Pointer[Invoker]
 	frames    sync.Pool // *Frame: sync.Pool's per-thread slot costs no locked instruction
-	nin       int                   // the Go function's parameter count
-	streamAt  int                   // index of the *cuda.Stream parameter, -1 if none
-	hasErr    bool                  // the last result is an error
+	nin       int       // the Go function's parameter count
+	streamAt  int       // index of the *cuda.Stream parameter, -1 if none
+	hasErr    bool      // the last result is an error
 	tensorIdx []int
 	dims      []string // the named dimensions, in order of first use
 }
