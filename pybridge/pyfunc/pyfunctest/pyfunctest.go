@@ -36,6 +36,7 @@ func init() {
 	pyfunc.Register("pytest.nothing()", Nothing)
 	pyfunc.Register("pytest.layout(x)", Layout)
 	pyfunc.Register("pytest.fill_times(x: float32 cuda writable, v, times)", FillTimes)
+	pyfunc.Register("pytest.fill_wait(x: float32 cuda writable, v, times)", FillWait)
 }
 
 // Echo returns its arguments, converted to the widest kinds.
@@ -249,6 +250,15 @@ func FullLike(s *cuda.Stream, x *zerocopy.View, v float32) (*zerocopy.View, erro
 
 // Nothing does nothing: the fixed cost of a call.
 func Nothing() {}
+
+// FillWait is FillTimes and a wait for the fills: a GPU function whose
+// caller needs the result on the host when it returns.
+func FillWait(s *cuda.Stream, x *zerocopy.View, v float32, times int) error {
+	if err := FillTimes(s, x, v, times); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
 
 // FillTimes fills x with v times times on the caller's stream: a GPU
 // function whose body is several kernel launches.

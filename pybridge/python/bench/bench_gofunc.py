@@ -192,7 +192,9 @@ def threads_scaling(torch):
     """Calls per second from 1 and from 8 threads, each with its own
     tensors and stream: gofunc.axpy (a kernel launch), gofunc.noop (no
     driver call) on torch CUDA tensors, and pytest.slow (a host body of a
-    few microseconds, where only the GIL could stand in the way)."""
+    few microseconds, where only the GIL could stand in the way), and
+    pytest.fill_wait (ten fills of 4 MiB and a wait for them: a GPU function
+    whose caller needs its result when it returns)."""
     ops = dlbridge.ops
 
     def axpy_case():
@@ -208,6 +210,11 @@ def threads_scaling(torch):
     def fill10_case():
         x, s = torch.zeros(1024, device="cuda"), torch.cuda.Stream()
         f = ops.pytest.fill_times
+        return s, lambda: f(x, 1.0, 10)
+
+    def fill10_wait_case():
+        x, s = torch.zeros(1 << 20, device="cuda"), torch.cuda.Stream()
+        f = ops.pytest.fill_wait
         return s, lambda: f(x, 1.0, 10)
 
     def slow_case():
@@ -245,6 +252,7 @@ def threads_scaling(torch):
     cases = [("gofunc.axpy (one kernel launch)", axpy_case), ("gofunc.noop (no driver call)", noop_case)]
     if "pytest" in dir(ops):
         cases.append(("pytest.fill_times(x, 1.0, 10) (10 launches)", fill10_case))
+        cases.append(("pytest.fill_wait(x 4 MiB, 1.0, 10) (10 launches and a wait)", fill10_wait_case))
         cases.append(("pytest.slow (a host body, no GPU)", slow_case))
     for name, case in cases:
         one = max(run(case, 1, 3000) for _ in range(3))

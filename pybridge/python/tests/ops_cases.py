@@ -384,6 +384,20 @@ def test_cuda_call_runs_on_the_callers_stream(driver):
 
 
 @pytest.mark.gpu
+def test_a_body_that_waits_for_its_stream_returns_with_its_work_done(fake_driver):
+    # pytest.fill_wait fills x on the caller's stream and waits for it (the
+    # GIL is free meanwhile): nothing is left pending on the stream.
+    x = dlbridge.asarray(_f32([0] * 32)).to("cuda")
+    s = dlbridge.Stream(device=0)
+    dlbridge.synchronize()
+    ops.pytest.fill_async(x, 1.0, stream=s)
+    assert fake_driver.pending(s.cuda_stream) > 0  # the fake runs work only when waited for
+    ops.pytest.fill_wait(x, 4.0, 3, stream=s)
+    assert fake_driver.pending(s.cuda_stream) == 0
+    assert np.from_dlpack(x.to("cpu")).tolist() == [4.0] * 32
+
+
+@pytest.mark.gpu
 def test_cuda_call_orders_after_pending_writes_by_event_without_host_sync(fake_driver):
     fake = fake_driver.lib
     x = dlbridge.asarray(_f32([0] * 64)).to("cuda")
