@@ -392,8 +392,11 @@ def test_a_body_that_waits_for_its_stream_returns_with_its_work_done(fake_driver
     dlbridge.synchronize()
     ops.pytest.fill_async(x, 1.0, stream=s)
     assert fake_driver.pending(s.cuda_stream) > 0  # the fake runs work only when waited for
+    syncs = fake_driver.calls("cuStreamSynchronize")
     ops.pytest.fill_wait(x, 4.0, 3, stream=s)
-    assert fake_driver.pending(s.cuda_stream) == 0
+    assert fake_driver.calls("cuStreamSynchronize") == syncs + 1
+    # Left on the stream: only the event that orders later readers.
+    assert fake_driver.pending(s.cuda_stream) <= 1
     assert np.from_dlpack(x.to("cpu")).tolist() == [4.0] * 32
 
 
