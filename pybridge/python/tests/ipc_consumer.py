@@ -10,6 +10,13 @@ early  like check, but first read each tensor's memory directly through the
        saw the data already ("early K"): the control that shows a slow
        producer is slow.
 torch  like check, through torch.from_dlpack on a torch stream of its own.
+slow   receive N tensors; queue a copy of each on the tensor's own stream
+       (left in flight), close it at once (the lease goes back), and read
+       the copies only once the producer is gone: "read V0 V1 ..." (each
+       copy's value, or the first element that differs). With the fake's
+       FAKECUDA_IPC_DELAY_MS the copies run late, after the producer
+       allocated again: they read right only if its frees wait for this
+       process's "done" events.
 time   hand-overs of one tensor (internal/ipcproducer -bytes): receive N,
        time each recv (socket to ready view), print "handover BYTES MEDIAN_NS".
 """
@@ -55,6 +62,26 @@ def main():
             t.close()
         times.sort()
         print("handover", nbytes, times[len(times) // 2], flush=True)
+        return
+    if mode == "slow":
+        copies = []
+        for _ in range(n):
+            t = conn.recv()
+            d = dlbridge.empty(t.shape, t.dtype, t.device)
+            d.copy_(t, non_blocking=True, stream=t._stream)
+            t.close()
+            copies.append(d)
+        try:
+            conn.recv()
+        except EOFError:
+            pass
+        got = []
+        for d in copies:
+            v = values(d).ravel()
+            bad = v[v != v[0]]
+            got.append(int(bad[0] if len(bad) else v[0]))
+        print("read", " ".join(map(str, got)), flush=True)
+        conn.close()
         return
     held, early = [], 0
     stream = None

@@ -118,6 +118,41 @@ def test_slow_producer_never_read_early(producer, fake_driver, tmp_path):
     assert (used, live) == (base, 0)
 
 
+@pytest.mark.parametrize("skip_waits", [False, True], ids=["waits", "control"])
+def test_slow_consumer_reads_before_the_free(producer, fake_driver, tmp_path, skip_waits):
+    """The "done" direction: the consumer copies each tensor on the tensor's
+    stream and closes it at once; its stream runs 300 ms later (the fake's
+    delay), after the Go producer got the lease back and allocated the next
+    tensor, which takes the freed block over on the same stream. The copies
+    read right because the producer's free, and so its next write, wait for
+    the consumer's done event on the GPU. The control drops the producer's
+    waits for other processes (FAKECUDA_IPC_SKIP_WAITS): the late copies
+    then read the next tensor's values or freed memory."""
+    sock = str(tmp_path / "s")
+    n = 3
+    prod = _start([producer, "-sock", sock, "-n", str(n), "-elems", "16384", "-window", "1"],
+                  {"FAKECUDA_IPC_SKIP_WAITS": "1"} if skip_waits else None)
+    try:
+        base = int(_line(prod, "baseline")[0])
+        cons = _consumer("slow", sock, n, {"FAKECUDA_IPC_DELAY_MS": "300"})
+        got = _line(cons, "read")
+        assert cons.wait(60) == 0
+        assert int(_line(prod, "sent")[0]) == n
+        used, live = map(int, _line(prod, "final"))
+        assert prod.wait(60) == 0
+    finally:
+        for p in (prod,) + ((cons,) if "cons" in locals() else ()):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert (used, live) == (base, 0)
+    want = [str(i + 1) for i in range(n)]
+    if skip_waits:
+        assert got != want, "without the producer's waits the late copies still read right: the fake reused nothing early"
+    else:
+        assert got == want, "the late copies read %s: the producer's free did not wait for the done event" % got
+
+
 def _py_producer(sock, n, ready):
     pool = dlbridge.ipc.Pool(0, 64 << 20)
     ln = dlbridge.ipc.listen(sock)
