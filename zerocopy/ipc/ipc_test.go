@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -462,6 +463,44 @@ func TestNotIPCMemory(t *testing.T) {
 	}
 	if _, err := ipc.NewPool(0, 0); err == nil {
 		t.Error("NewPool with limit 0 succeeded")
+	}
+}
+
+// TestListenInUse: a path another listener serves is refused
+// (EADDRINUSE) instead of being taken from it; a stale socket is replaced.
+func TestListenInUse(t *testing.T) {
+	sock := sockPath(t)
+	ln, err := ipc.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ipc.Listen(sock); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Listen on a path in use: %v, want EADDRINUSE", err)
+	}
+	if _, err := ipc.Serve(sock); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Serve on a path in use: %v, want EADDRINUSE", err)
+	}
+	ln.Close()
+	stale, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatalf("the stale socket is gone: %v", err)
+	}
+	ln, err = ipc.Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	ln.Close()
+	long := filepath.Join(t.TempDir(), strings.Repeat("x", 120))
+	if _, err := ipc.Listen(long); err == nil || !strings.Contains(err.Error(), "longer than the 107") {
+		t.Errorf("Listen on a %d-byte path: %v, want an error naming its length", len(long), err)
+	}
+	if _, err := ipc.Dial(""); err == nil || !strings.Contains(err.Error(), "empty socket path") {
+		t.Errorf("Dial of an empty path: %v", err)
 	}
 }
 
