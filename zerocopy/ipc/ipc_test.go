@@ -555,6 +555,21 @@ func TestServerClaims(t *testing.T) {
 	}
 }
 
+// childProducer makes a child's pool and waits for its peer on sock.
+func childProducer(sock string) (*ipc.Pool, *ipc.Conn, error) {
+	pool, err := ipc.NewPool(0, 16<<20)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := ipc.Listen(sock)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Println("listening")
+	peer, err := ln.Accept()
+	return pool, peer, err
+}
+
 // child plays the other side of a test.
 func child(role, sock string) error {
 	n, _ := strconv.Atoi(os.Getenv("IPC_TEST_N"))
@@ -629,16 +644,7 @@ func child(role, sock string) error {
 		// One tensor at a time from the same stream, each allocated once
 		// the previous lease came back: the allocation takes the block the
 		// previous one's free gave up, in stream order.
-		pool, err := ipc.NewPool(0, 16<<20)
-		if err != nil {
-			return err
-		}
-		ln, err := ipc.Listen(sock)
-		if err != nil {
-			return err
-		}
-		fmt.Println("listening")
-		peer, err := ln.Accept()
+		pool, peer, err := childProducer(sock)
 		if err != nil {
 			return err
 		}
@@ -725,16 +731,7 @@ func child(role, sock string) error {
 		fmt.Println("read", strings.Join(got, " "))
 		return c.Close()
 	case "produce":
-		pool, err := ipc.NewPool(0, 16<<20)
-		if err != nil {
-			return err
-		}
-		ln, err := ipc.Listen(sock)
-		if err != nil {
-			return err
-		}
-		fmt.Println("listening")
-		peer, err := ln.Accept()
+		pool, peer, err := childProducer(sock)
 		if err != nil {
 			return err
 		}

@@ -48,10 +48,10 @@ type Pool struct {
 	// change when the event is recorded again, and each send saves the
 	// driver call.
 	handles map[*cuda.Event]cuda.IPCEventHandle
-	fd     int           // the exported descriptor (-1 once closed)
-	limit  int64         // bytes the pool may hand out
-	inUse  int64         // bytes of live allocations
-	closed bool
+	fd      int   // the exported descriptor (-1 once closed)
+	limit   int64 // bytes the pool may hand out
+	inUse   int64 // bytes of live allocations
+	closed  bool
 }
 
 // block is one allocation of the pool. Its owner counts the producer's

@@ -260,6 +260,17 @@ def _serve_threads():
     return [t for t in threading.enumerate() if t.name.startswith("dlbridge.ipc.serve")]
 
 
+def _expect_ok(p, n):
+    out = p.stdout.read()
+    assert p.wait(60) == 0, out
+    assert "ok %d" % n in out, out
+
+
+def _all_back(pool, srv):
+    _eventually("the leases back", lambda: _live(pool) == 0)
+    _eventually("the peers' connections dropped", lambda: srv.connections == 0)
+
+
 def _reap(*procs):
     for p in procs:
         if p.poll() is None:
@@ -290,13 +301,10 @@ def test_serve_leases_outlive_the_handler(tmp_path):
             for c in conss:
                 c.stdin.write("go\n")
                 c.stdin.flush()
-                out = c.stdout.read()
-                assert c.wait(60) == 0, out
-                assert "ok 5" in out
+                _expect_ok(c, 5)
         finally:
             _reap(*conss)
-        _eventually("the leases back", lambda: _live(pool) == 0)
-        _eventually("the peers' connections dropped", lambda: srv.connections == 0)
+        _all_back(pool, srv)
     pool.close()
 
 
@@ -309,13 +317,10 @@ def test_serve_several_consumers(tmp_path):
     conss = [_consumer("check", sock, 20) for _ in range(3)]
     try:
         for c in conss:
-            out = c.stdout.read()
-            assert c.wait(60) == 0, out
-            assert "ok 20" in out
+            _expect_ok(c, 20)
     finally:
         _reap(*conss)
-    _eventually("the leases back", lambda: _live(pool) == 0)
-    _eventually("the peers' connections dropped", lambda: srv.connections == 0)
+    _all_back(pool, srv)
     srv.close()
     pool.close()
 
@@ -334,12 +339,10 @@ def test_serve_killed_consumer_gives_leases_back(tmp_path):
         cons.wait(60)
     finally:
         _reap(cons)
-    _eventually("the killed consumer's leases back", lambda: _live(pool) == 0)
-    _eventually("the killed consumer's connection dropped", lambda: srv.connections == 0)
+    _all_back(pool, srv)
     nxt = _consumer("check", sock, 30)
     try:
-        out = nxt.stdout.read()
-        assert nxt.wait(60) == 0 and "ok 30" in out, out
+        _expect_ok(nxt, 30)
     finally:
         _reap(nxt)
     srv.close()
@@ -354,12 +357,20 @@ def test_serve_close_stops_cleanly(tmp_path):
     pool = dlbridge.ipc.Pool(0, 32 << 20)
     sock = str(tmp_path / "s")
     before = len(_serve_threads())
-    srv = dlbridge.ipc.serve(sock, pool, _sender(30))
-    holder = _consumer("hold", sock, 30)
+    served = []
+
+    def handler(conn, pool):
+        _sender(30)(conn, pool)
+        served.append(conn)
+
+    srv = dlbridge.ipc.serve(sock, pool, handler)
     waiter = _consumer("check", sock, 31)  # waits in recv for a 31st tensor
+    holder = None
     try:
+        _eventually("the waiter's tensors back", lambda: len(served) == 1 and _live(pool) == 0)
+        holder = _consumer("hold", sock, 30)
         assert int(_line(holder, "holding")[0]) == 3
-        _eventually("the waiter's tensors back", lambda: _live(pool) == 3)
+        assert _live(pool) == 3
         assert srv.connections == 2
         srv.close()
         out = waiter.stdout.read()
@@ -368,7 +379,7 @@ def test_serve_close_stops_cleanly(tmp_path):
         _eventually("the leases back", lambda: _live(pool) == 0)
         assert holder.poll() is None
     finally:
-        _reap(holder, waiter)
+        _reap(*[p for p in (holder, waiter) if p is not None])
     assert len(_serve_threads()) == before
     assert srv.connections == 0
     assert not os.path.exists(sock)
@@ -400,8 +411,7 @@ def test_serve_handler_errors_are_reported_and_serving_goes_on(tmp_path, monkeyp
         for _ in range(2):
             c = _consumer("check", sock, 1)
             try:
-                out = c.stdout.read()
-                assert c.wait(60) == 0 and "ok 1" in out, out
+                _expect_ok(c, 1)
             finally:
                 _reap(c)
     assert seen == [KeyError]
