@@ -1,18 +1,27 @@
 // Command ipcbench times the hand-over of a tensor between two processes
-// with package zerocopy/ipc against the driver's own import, for the GPU
-// figures of docs/ipc.md. It runs itself a second time as the producer.
+// with package zerocopy/ipc against the driver doing the same work alone,
+// in one run, for the GPU figures of docs/ipc.md. It runs itself a second
+// time as the producer.
 //
-//	ipcbench [-rounds 30] [-sizes 1M,16M,256M,1G,4G]
+//	ipcbench [-rounds 30] [-sizes 1M,64M,1G,4G]
 //
-// Per size it prints one line:
+// Both sides start from the same state: the producer's pool already
+// imported by the consumer and its ready event already opened (the first
+// contact, untimed), and in every round a fresh allocation of the size that
+// the consumer has never mapped (the one before it was freed and
+// synchronized on both sides). Per size it prints the medians, in
+// nanoseconds:
 //
-//	size BYTES claim NS import NS driver NS ratio R
+//	size  dlbridge  import  driver  ratio
 //
-// claim: the median round trip of Conn.Claim after the first contact (ask,
-// the producer exports and records its ready event, the descriptor comes
-// back, the view is made); import: the median of Conn.LastImport, the
-// consumer's share of it (descriptor to view); driver: the median of
-// cuMemPoolImportPointer plus cuStreamWaitEvent on an opened interprocess
-// event, timed alone on the same allocation sizes of the producer's own
-// raw pool in the same run; ratio: import / driver.
+// dlbridge: from just before the producer's Conn.Send (the pointer's
+// export, the ready event's record, the descriptor on the socket) to the
+// consumer's Conn.Recv returning a view ready to use (the descriptor read
+// and checked, the pointer imported, the import stream's wait for the
+// ready event queued), on the wall clock both processes read; import:
+// Conn.LastImport, the consumer's share of it; driver: the driver alone,
+// cuMemPoolImportPointer of a fresh pointer of the producer's raw pool
+// (imported once) plus cuStreamWaitEvent on an interprocess event opened
+// once, timed around the two calls; ratio: dlbridge / driver. The rounds
+// of the two ways alternate.
 package main

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -21,8 +23,8 @@ import (
 
 func main() {
 	var err error
-	if os.Getenv("IPCBENCH_PRODUCER") != "" {
-		err = producer(os.Getenv("IPCBENCH_PRODUCER"), os.Getenv("IPCBENCH_SIZES"))
+	if dir := os.Getenv("IPCBENCH_PRODUCER"); dir != "" {
+		err = producer(dir, os.Getenv("IPCBENCH_MAX"))
 	} else {
 		err = consumer()
 	}
@@ -41,109 +43,180 @@ func parseSizes(s string) ([]int64, error) {
 			mul, f = 1<<30, strings.TrimSuffix(f, "G")
 		case strings.HasSuffix(f, "M"):
 			mul, f = 1<<20, strings.TrimSuffix(f, "M")
+		case strings.HasSuffix(f, "K"):
+			mul, f = 1<<10, strings.TrimSuffix(f, "K")
 		}
 		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return nil, err
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("size %q: want a positive number with an optional K, M or G", f)
 		}
 		out = append(out, n*mul)
 	}
 	return out, nil
 }
 
-// producer: offers one tensor per size on the server (dir/srv) and, for
-// the driver baseline, a raw pool of its own: its fd, then per size the
-// export data of an allocation and a recorded interprocess event's handle,
-// over dir/raw.
-func producer(dir, sizesArg string) error {
-	sizes, err := parseSizes(sizesArg)
+// The control socket (dir/ctl, SOCK_STREAM) between the two processes.
+// The consumer asks, the producer answers:
+//
+//	'D' size  the dlbridge hand-over: allocate a fresh tensor of size bytes
+//	          from the ipc.Pool, queue its write, then take the time and
+//	          Send it over the ipc.Conn; answer the time taken just before
+//	          Send (8 bytes, nanoseconds of the wall clock).
+//	'R' size  the driver alone: allocate a fresh block of size bytes from
+//	          the raw pool, queue its write, record the event; answer the
+//	          pointer's export data (64 bytes).
+//	'F'       the consumer freed its import (and synchronized): free the
+//	          fresh allocation (after the lease came back), synchronize,
+//	          answer one byte.
+//
+// At the start the producer sends the raw pool's fd (SCM_RIGHTS) and the
+// handle of the interprocess event it records for the driver-alone rounds.
+const (
+	askDlbridge = 'D'
+	askRaw      = 'R'
+	askFree     = 'F'
+)
+
+// producer serves the consumer's asks on dir/ctl and sends tensors over an
+// ipc.Conn on dir/dlb. Its pools hold at most max bytes each.
+func producer(dir, maxArg string) error {
+	max, err := strconv.ParseInt(maxArg, 10, 64)
 	if err != nil {
 		return err
 	}
-	var total int64
-	for _, n := range sizes {
-		total += n
-	}
-	pool, err := ipc.NewPool(0, total+(64<<20))
+	limit := max + (64 << 20)
+	pool, err := ipc.NewPool(0, limit)
 	if err != nil {
 		return err
 	}
-	srv, err := ipc.Serve(filepath.Join(dir, "srv"))
-	if err != nil {
-		return err
-	}
+	defer pool.Close()
 	ctx, err := cuda.Retain(0)
 	if err != nil {
 		return err
 	}
-	raw, err := ctx.NewIPCMemPool(cuda.HandlePOSIXFD, uint64(total+(64<<20)))
+	raw, err := ctx.NewIPCMemPool(cuda.HandlePOSIXFD, uint64(limit))
 	if err != nil {
+		return err
+	}
+	if err := raw.SetReleaseThreshold(uint64(limit)); err != nil {
 		return err
 	}
 	fd, err := raw.ExportFD() // before its pointers: the driver wants the pool shared first
 	if err != nil {
 		return err
 	}
-	s := pool.Stream()
 	ev, err := ctx.NewEvent(cuda.EventInterprocess)
 	if err != nil {
-		return err
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "raw"), Net: "unix"})
-	if err != nil {
-		return err
-	}
-	var tokens []string
-	var rawMsgs [][]byte
-	for _, n := range sizes {
-		v, err := pool.Alloc(s, dlpack.Uint8Type, n)
-		if err != nil {
-			return err
-		}
-		if err := s.MemsetD8Async(cuda.DevicePtr(v.Ptr()), 1, n); err != nil {
-			return err
-		}
-		tok, err := srv.Offer(pool, v, time.Hour, 0)
-		if err != nil {
-			return err
-		}
-		tokens = append(tokens, strconv.FormatUint(tok, 10))
-		p, err := s.MemAllocFromPoolAsync(raw, n)
-		if err != nil {
-			return err
-		}
-		data, err := cuda.ExportPointer(p)
-		if err != nil {
-			return err
-		}
-		rawMsgs = append(rawMsgs, data[:])
-	}
-	if err := ev.Record(s); err != nil {
 		return err
 	}
 	eh, err := ev.IPCHandle()
 	if err != nil {
 		return err
 	}
-	if err := s.Synchronize(); err != nil {
-		return err
-	}
-	fmt.Println("tokens", strings.Join(tokens, ","))
-	uc, err := ln.AcceptUnix()
+	s := pool.Stream()
+	ln, err := ipc.Listen(filepath.Join(dir, "dlb"))
 	if err != nil {
 		return err
 	}
-	msg := append([]byte{}, eh[:]...)
-	for _, m := range rawMsgs {
-		msg = append(msg, m...)
-	}
-	if _, _, err := uc.WriteMsgUnix(msg, syscall.UnixRights(fd), nil); err != nil {
+	defer ln.Close()
+	cl, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "ctl"), Net: "unix"})
+	if err != nil {
 		return err
 	}
-	// Until the consumer is done.
-	var b [1]byte
-	uc.Read(b[:])
-	return nil
+	fmt.Println("listening")
+	uc, err := cl.AcceptUnix()
+	if err != nil {
+		return err
+	}
+	if _, _, err := uc.WriteMsgUnix(eh[:], syscall.UnixRights(fd), nil); err != nil {
+		return err
+	}
+	peer, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer peer.Close()
+	r := bufio.NewReader(uc)
+	var held interface{ Close() error } // the dlbridge round's view, until 'F'
+	var rawPtr cuda.DevicePtr
+	for {
+		op, err := r.ReadByte()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var size int64
+		if op == askDlbridge || op == askRaw {
+			var b [8]byte
+			if _, err := io.ReadFull(r, b[:]); err != nil {
+				return err
+			}
+			size = int64(binary.LittleEndian.Uint64(b[:]))
+		}
+		switch op {
+		case askDlbridge:
+			v, err := pool.Alloc(s, dlpack.Uint8Type, size)
+			if err != nil {
+				return err
+			}
+			if err := s.MemsetD8Async(cuda.DevicePtr(v.Ptr()), 1, size); err != nil {
+				return err
+			}
+			t0 := time.Now().UnixNano()
+			if err := peer.Send(pool, v, nil); err != nil {
+				return err
+			}
+			held = v
+			var b [8]byte
+			binary.LittleEndian.PutUint64(b[:], uint64(t0))
+			if _, err := uc.Write(b[:]); err != nil {
+				return err
+			}
+		case askRaw:
+			p, err := s.MemAllocFromPoolAsync(raw, size)
+			if err != nil {
+				return err
+			}
+			if err := s.MemsetD8Async(p, 1, size); err != nil {
+				return err
+			}
+			if err := ev.Record(s); err != nil {
+				return err
+			}
+			data, err := cuda.ExportPointer(p)
+			if err != nil {
+				return err
+			}
+			rawPtr = p
+			if _, err := uc.Write(data[:]); err != nil {
+				return err
+			}
+		case askFree:
+			if held != nil {
+				held.Close()
+				held = nil
+				for peer.Leases() > 0 {
+					time.Sleep(10 * time.Microsecond)
+				}
+			}
+			if rawPtr != 0 {
+				if err := s.MemFreeAsync(rawPtr); err != nil {
+					return err
+				}
+				rawPtr = 0
+			}
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			if _, err := uc.Write([]byte{1}); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("unknown ask %q", op)
+		}
+	}
 }
 
 func median(d []time.Duration) time.Duration {
@@ -151,13 +224,34 @@ func median(d []time.Duration) time.Duration {
 	return d[len(d)/2]
 }
 
+// consumer starts the producer and, per size and round, times the two
+// ways to take over a fresh allocation of a pool already imported, with
+// its ready event already open:
+//
+//   - dlbridge: from just before the producer's Send (the pointer's
+//     export, the ready event's record, the descriptor on the socket) to
+//     the consumer's Recv returning a view ready to use (the descriptor
+//     read and decoded, the pointer imported, the import stream's wait for
+//     the ready event queued);
+//   - the driver alone: cuMemPoolImportPointer of the fresh pointer and
+//     cuStreamWaitEvent on the opened event, timed around the two calls.
+//
+// Both rounds alternate, each on a fresh allocation whose earlier import
+// was freed and synchronized on both sides, so both map the memory anew.
+// The first round of each size is not timed.
 func consumer() error {
 	rounds := flag.Int("rounds", 30, "timed rounds per size")
-	sizesArg := flag.String("sizes", "1M,16M,256M,1G,4G", "tensor sizes")
+	sizesArg := flag.String("sizes", "1M,64M,1G,4G", "tensor sizes (K, M, G suffixes)")
 	flag.Parse()
 	sizes, err := parseSizes(*sizesArg)
 	if err != nil {
 		return err
+	}
+	var max int64
+	for _, n := range sizes {
+		if n > max {
+			max = n
+		}
 	}
 	dir, err := os.MkdirTemp("", "ipcbench")
 	if err != nil {
@@ -165,7 +259,7 @@ func consumer() error {
 	}
 	defer os.RemoveAll(dir)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "IPCBENCH_PRODUCER="+dir, "IPCBENCH_SIZES="+*sizesArg)
+	cmd.Env = append(os.Environ(), "IPCBENCH_PRODUCER="+dir, "IPCBENCH_MAX="+strconv.FormatInt(max, 10))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -175,14 +269,10 @@ func consumer() error {
 		return err
 	}
 	defer cmd.Process.Kill()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("producer: %v", err)
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "listening\n" {
+		return fmt.Errorf("producer: %q, %v", line, err)
 	}
-	toks := strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "tokens ")), ",")
 
-	// The driver alone: import the raw pool once, open the event once,
-	// then per size ImportPointer + WaitEvent, timed; the free untimed.
 	ctx, err := cuda.Retain(0)
 	if err != nil {
 		return err
@@ -191,19 +281,19 @@ func consumer() error {
 	if err != nil {
 		return err
 	}
-	rc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(dir, "raw"), Net: "unix"})
+	ctl, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(dir, "ctl"), Net: "unix"})
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 64+64*len(sizes))
+	var eh cuda.IPCEventHandle
 	oob := make([]byte, syscall.CmsgSpace(4))
-	n, oobn, _, _, err := rc.ReadMsgUnix(buf, oob)
-	if err != nil || n != len(buf) {
-		return fmt.Errorf("raw handles: %d bytes, %v", n, err)
+	n, oobn, _, _, err := ctl.ReadMsgUnix(eh[:], oob)
+	if err != nil || n != len(eh) {
+		return fmt.Errorf("raw pool: %d bytes, %v", n, err)
 	}
 	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return fmt.Errorf("raw handles: no descriptor (%v)", err)
+		return fmt.Errorf("raw pool: no descriptor (%v)", err)
 	}
 	fds, err := syscall.ParseUnixRights(&msgs[0])
 	if err != nil {
@@ -214,58 +304,47 @@ func consumer() error {
 	if err != nil {
 		return err
 	}
-	var eh cuda.IPCEventHandle
-	copy(eh[:], buf[:64])
 	ev, err := ctx.OpenIPCEvent(eh)
 	if err != nil {
 		return err
 	}
-	driver := make([]time.Duration, len(sizes))
-	for i := range sizes {
-		var data cuda.PoolExportData
-		copy(data[:], buf[64+64*i:])
-		var ds []time.Duration
-		for r := 0; r <= *rounds; r++ {
-			t0 := time.Now()
-			p, err := rawPool.ImportPointer(data)
-			if err != nil {
-				return fmt.Errorf("raw import: %w", err)
-			}
-			if err := s.WaitEvent(ev); err != nil {
-				return err
-			}
-			d := time.Since(t0)
-			if err := s.MemFreeAsync(p); err != nil {
-				return err
-			}
-			if err := s.Synchronize(); err != nil {
-				return err
-			}
-			if r > 0 {
-				ds = append(ds, d)
-			}
-		}
-		driver[i] = median(ds)
-	}
-
-	c, err := ipc.Dial(filepath.Join(dir, "srv"))
+	c, err := ipc.Dial(filepath.Join(dir, "dlb"))
 	if err != nil {
 		return err
 	}
-	for i, size := range sizes {
-		tok, _ := strconv.ParseUint(toks[i], 10, 64)
-		var claims, imports []time.Duration
+	defer c.Close()
+	ask := func(op byte, size int64, reply []byte) error {
+		b := []byte{op}
+		if op != askFree {
+			b = binary.LittleEndian.AppendUint64(b, uint64(size))
+		}
+		if _, err := ctl.Write(b); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(ctl, reply)
+		return err
+	}
+	var one [1]byte
+	fmt.Println("# hand-over of a fresh allocation after first contact, medians in ns; ratio = dlbridge / driver")
+	fmt.Printf("%-12s %12s %12s %12s %8s\n", "size", "dlbridge", "import", "driver", "ratio")
+	for _, size := range sizes {
+		var hand, imp, drv []time.Duration
 		for r := 0; r <= *rounds; r++ {
-			t0 := time.Now()
-			v, err := c.Claim(tok)
+			// dlbridge
+			var t0b [8]byte
+			if err := ask(askDlbridge, size, t0b[:]); err != nil {
+				return err
+			}
+			v, err := c.Recv()
+			t1 := time.Now().UnixNano()
 			if err != nil {
 				return err
 			}
-			d := time.Since(t0)
-			imp := c.LastImport()
+			d := time.Duration(t1 - int64(binary.LittleEndian.Uint64(t0b[:])))
+			is := ctx.WrapStream(v.Stream())
 			if r == 0 {
-				// First contact: check the data once (the producer's
-				// memset), through the view's stream order.
+				// First contact of this size: check the data once (the
+				// producer's memset), through the view's stream order.
 				var b [1]byte
 				if err := v.Synchronize(); err != nil {
 					return err
@@ -277,17 +356,46 @@ func consumer() error {
 					return fmt.Errorf("size %d: last byte %d, want 1", size, b[0])
 				}
 			} else {
-				claims = append(claims, d)
-				imports = append(imports, imp)
+				hand = append(hand, d)
+				imp = append(imp, c.LastImport())
 			}
 			v.Close()
-			time.Sleep(300 * time.Microsecond) // the release reaches the producer
+			if err := is.Synchronize(); err != nil { // the import's free ran
+				return err
+			}
+			if err := ask(askFree, 0, one[:]); err != nil {
+				return err
+			}
+			// the driver alone
+			var data cuda.PoolExportData
+			if err := ask(askRaw, size, data[:]); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			p, err := rawPool.ImportPointer(data)
+			if err != nil {
+				return fmt.Errorf("raw import: %w", err)
+			}
+			if err := s.WaitEvent(ev); err != nil {
+				return err
+			}
+			dd := time.Since(t0)
+			if r > 0 {
+				drv = append(drv, dd)
+			}
+			if err := s.MemFreeAsync(p); err != nil {
+				return err
+			}
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			if err := ask(askFree, 0, one[:]); err != nil {
+				return err
+			}
 		}
-		im := median(imports)
-		fmt.Printf("size %d claim %d import %d driver %d ratio %.2f\n", size, median(claims), im, driver[i], float64(im)/float64(driver[i]))
+		h, i, dr := median(hand), median(imp), median(drv)
+		fmt.Printf("%-12d %12d %12d %12d %8.2f\n", size, h, i, dr, float64(h)/float64(dr))
 	}
-	var b [1]byte
-	rc.Write(b[:])
-	c.Close()
+	ctl.CloseWrite()
 	return cmd.Wait()
 }

@@ -182,6 +182,8 @@ typedef struct alloc {
     int async; /* from cuMemAllocAsync: counted in the device's pool */
     struct fipcpool *ipool; /* a block of an IPC pool (ipc section) */
     int ipc_imported;       /* ... imported from another process: nothing to give back */
+    unsigned long long free_stream; /* free_pending from cuMemFreeAsync: the stream it is queued on (0: none) */
+    unsigned long long free_gen;    /* ... and the free's number, which its OP_FREE carries */
 } alloc;
 
 static alloc *allocs;
@@ -385,6 +387,8 @@ static alloc *add_alloc(uintptr_t base, size_t size, int kind, fctx *c) {
 }
 
 static int ipc_del_alloc(alloc *a);
+static void ipc_poison(alloc *a);
+static unsigned long long next_free_gen = 1;
 
 static void del_alloc(alloc *a) {
     if (ipc_del_alloc(a)) { *a = allocs[--nallocs]; return; }
@@ -794,7 +798,11 @@ static int exec_op(op *o) {
         return 0;
     case OP_FREE: {
         alloc *a = find_alloc(o->dst);
-        if (a && a->base == o->dst && a->free_pending) {
+        /* The free of this very request: a block of an IPC pool that an
+         * allocation on the same stream took over meanwhile (ipc section)
+         * is someone else's now. */
+        if (a && a->base == o->dst && a->free_pending && a->free_gen == o->gen) {
+            ipc_poison(a);
             if (a->async) pool_release(a->dev, a->size);
             del_alloc(a);
         }
@@ -1138,7 +1146,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
         RETURN(CUDA_ERROR_INVALID_VALUE);
     drain_ctx(a->ctx); /* cuMemFree synchronizes */
     a = find_alloc((uintptr_t)p);
-    if (a) del_alloc(a);
+    if (a) { ipc_poison(a); del_alloc(a); }
     RETURN(0);
 }
 
@@ -1258,8 +1266,11 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, void *stream) {
     alloc *a = find_alloc((uintptr_t)p);
     if (!a || a->base != (uintptr_t)p || a->kind != K_DEVICE || a->free_pending) RETURN(CUDA_ERROR_INVALID_VALUE);
     a->free_pending = 1;
+    a->free_stream = s ? s->id : 0;
+    a->free_gen = next_free_gen++;
     op *o = new_op(OP_FREE);
     o->dst = (uintptr_t)p;
+    o->gen = a->free_gen;
     submit(s, c, o);
     RETURN(0);
 }
@@ -2093,6 +2104,15 @@ EXPORT CUresult cuLaunchKernel(void *h, unsigned gx, unsigned gy, unsigned gz, u
  * process's work counts as finished, as its context was torn down), or
  * FAKECUDA_IPC_TIMEOUT_MS (default 60000) passed (CUDA_ERROR_LAUNCH_FAILED).
  * Opened events can be waited for, queried and synchronized, not recorded.
+ * FAKECUDA_IPC_SKIP_WAITS=1 makes this process drop its waits for other
+ * processes' events (the control of tests: a process that forgets them).
+ *
+ * Frees run in stream order, as on a GPU: a block of an IPC pool made here
+ * reads 0xdd from the moment its cuMemFreeAsync executes (in every process
+ * that maps it), and until then an allocation of the same rounded size on
+ * the stream the free is queued on takes the block over at once, its work
+ * queued behind the free's. So a producer whose free does not wait for its
+ * consumer's "done" event overwrites memory the consumer still reads.
  */
 
 #define IPC_HDR 4096
@@ -2114,11 +2134,21 @@ typedef struct fipcpool {
     size_t size;
     ipcblock *blocks;
     int nblocks, capblocks;
+    long reused; /* allocations served by a block whose free was pending on their stream */
 } fipcpool;
 
 static fpool *ipc_pool_acct(void *h) {
     fipcpool *p = reg_find(h, H_POOL);
     return p ? &p->acct : NULL;
+}
+
+/* ipc_poison: a block of an IPC pool made here is being freed (its
+ * stream-ordered free runs now): it reads 0xdd until an allocation takes it
+ * again, in this process and in every process that still maps it, as memory
+ * that another allocation reused would. So a peer that reads after the
+ * producer's free ran sees it: the free must wait for the peer's "done". */
+static void ipc_poison(alloc *a) {
+    if (a->ipool && !a->ipc_imported) memset((void *)a->base, 0xdd, a->size);
 }
 
 /* ipc_del_alloc gives an allocation of an IPC pool back to it (answers 1),
@@ -2243,6 +2273,26 @@ EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t n, void *h, voi
     fipcpool *p = reg_find(h, H_POOL);
     if (!p || p->imported) RETURN(CUDA_ERROR_INVALID_VALUE);
     if (p->acct.dev != c->dev) RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* A block whose free is queued on this stream and not yet run serves
+     * an allocation of the same rounded size at once, as the driver reuses
+     * memory freed earlier in the same stream: the new owner's work runs
+     * after everything queued before the free (its first fill of 0xcd
+     * included, in stream order). */
+    size_t need = (n + IPC_ALIGN - 1) / IPC_ALIGN * IPC_ALIGN;
+    for (int i = 0; s && i < nallocs; i++) {
+        alloc *a = &allocs[i];
+        if (a->ipool != p || a->ipc_imported || !a->free_pending || a->free_stream != s->id) continue;
+        if ((a->size + IPC_ALIGN - 1) / IPC_ALIGN * IPC_ALIGN != need) continue;
+        a->free_pending = 0;
+        a->free_stream = 0;
+        a->size = n;
+        a->ctx = c;
+        a->dev = c->dev;
+        p->reused++;
+        memset_op(s, c, (CUdeviceptr)a->base, 0xcd, n, 0);
+        *ptr = (CUdeviceptr)a->base;
+        RETURN(0);
+    }
     size_t off;
     r = ipc_carve(p, n, &off);
     if (r) RETURN(r);
@@ -2439,9 +2489,13 @@ static int ipc_wait_op(fstream *s, op *o) {
     return r;
 }
 
+static int ipc_skip_waits = -1;
+
 static int ipc_remote_wait(fstream *s, fctx *c, fevent *e, uintptr_t h) {
     unsigned long long gen = __atomic_load_n(&e->ipc[0], __ATOMIC_ACQUIRE);
     if (!gen) return 0; /* never recorded: nothing to wait for */
+    if (ipc_skip_waits < 0) ipc_skip_waits = env_ms("FAKECUDA_IPC_SKIP_WAITS", 0) != 0;
+    if (ipc_skip_waits) return 0; /* the control of tests: a process that forgets its waits */
     log_order('w', h, 0);
     op *o = new_op(OP_WAIT);
     o->gen = gen;
@@ -2520,6 +2574,16 @@ EXPORT CUresult cuIpcOpenEventHandle(void **pe, fipchandle handle) {
     reg_add(e, H_EVENT);
     *pe = e;
     RETURN(0);
+}
+
+/* fakecuda_ipc_pool_reused: allocations of IPC pool h that took over a
+ * block whose free was pending on their stream (-1: not one). */
+EXPORT long fakecuda_ipc_pool_reused(void *h) {
+    pthread_mutex_lock(&mu);
+    fipcpool *p = reg_find(h, H_POOL);
+    long n = p ? p->reused : -1;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 /* fakecuda_ipc_pool_used: bytes allocated from IPC pool h (-1: not one). */

@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -74,10 +77,17 @@ type Listener struct {
 	ul *net.UnixListener
 }
 
-// Listen listens on the Unix socket path (removed first if a stale socket
-// is there).
+// Listen listens on the Unix socket path. A stale socket left there (its
+// listener gone) is removed first; one that a process still listens on is
+// refused (syscall.EADDRINUSE), rather than taken from that process.
 func Listen(path string) (*Listener, error) {
+	if err := checkPath(path); err != nil {
+		return nil, fmt.Errorf("ipc: Listen: %w", err)
+	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if listening(path) {
+			return nil, fmt.Errorf("ipc: Listen: %s: %w (another listener is serving there)", path, syscall.EADDRINUSE)
+		}
 		os.Remove(path)
 	}
 	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
@@ -85,6 +95,46 @@ func Listen(path string) (*Listener, error) {
 		return nil, fmt.Errorf("ipc: Listen: %w", err)
 	}
 	return &Listener{ul: ul}, nil
+}
+
+// maxPath is the longest path a Unix socket address holds (sun_path less
+// its terminating NUL, on Linux).
+const maxPath = 107
+
+func checkPath(path string) error {
+	if path == "" {
+		return fmt.Errorf("empty socket path")
+	}
+	if len(path) > maxPath {
+		return fmt.Errorf("socket path %.40q... is %d bytes, longer than the %d a Unix socket address holds", path, len(path), maxPath)
+	}
+	return nil
+}
+
+// listening reports whether a socket of this network namespace listens on
+// path, from /proc/net/unix (Linux; elsewhere it answers false). Connecting
+// to find out would hand the listener a peer that goes away at once.
+func listening(path string) bool {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return false
+	}
+	abs, _ := filepath.Abs(path)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		flags, err := strconv.ParseUint(f[3], 16, 32)
+		if err != nil || flags&0x10000 == 0 { // __SO_ACCEPTCON: a listener
+			continue
+		}
+		if p := strings.Join(f[7:], " "); p == path || p == abs {
+			return true
+		}
+	}
+	return false
 }
 
 // Addr is the socket path.
@@ -104,6 +154,9 @@ func (l *Listener) Close() error { return l.ul.Close() }
 
 // Dial connects to a Listener's socket path.
 func Dial(path string) (*Conn, error) {
+	if err := checkPath(path); err != nil {
+		return nil, fmt.Errorf("ipc: Dial: %w", err)
+	}
 	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("ipc: Dial: %w", err)

@@ -20,10 +20,17 @@ type importer struct {
 	mu      sync.Mutex
 	pools   map[[16]byte]*impPool
 	ready   map[cuda.IPCEventHandle]*cuda.Event
-	done    []*cuda.Event
+	done    []doneEv
 	nopen   int // imported views not yet closed
 	gone    bool
 	devices map[cuda.UUID]*impDevice
+}
+
+// doneEv is one of this process's "done" events with its handle (got
+// once: it does not change when the event is recorded again).
+type doneEv struct {
+	e *cuda.Event
+	h cuda.IPCEventHandle
 }
 
 type impDevice struct {
@@ -172,24 +179,33 @@ func (im *importer) unref(p *impPool, data cuda.PoolExportData, a *impAlloc) {
 }
 
 // doneEvent returns an interprocess event of dev to record: an idle one
-// whose last record completed, or a new one. Called with im.mu held.
-func (im *importer) doneEvent(d *impDevice) (*cuda.Event, error) {
-	for i, e := range im.done {
-		if e.Context() != d.ctx {
+// whose last record completed, or a new one. The list is kept oldest
+// record first, so the first of dev's that completed is taken, and the
+// ones behind it, recorded later, are not asked. Called with im.mu held.
+func (im *importer) doneEvent(d *impDevice) (doneEv, error) {
+	for i, de := range im.done {
+		if de.e.Context() != d.ctx {
 			continue
 		}
-		if ok, err := e.Query(); err == nil && ok {
+		if ok, err := de.e.Query(); err == nil && ok {
 			im.done = append(im.done[:i], im.done[i+1:]...)
-			im.done = append(im.done, e)
-			return e, nil
+			im.done = append(im.done, de)
+			return de, nil
 		}
+		break // recorded after this one on the same stream: not done either
 	}
 	e, err := d.ctx.NewEvent(cuda.EventInterprocess)
 	if err != nil {
-		return nil, err
+		return doneEv{}, err
 	}
-	im.done = append(im.done, e)
-	return e, nil
+	h, err := e.IPCHandle()
+	if err != nil {
+		e.Destroy()
+		return doneEv{}, err
+	}
+	de := doneEv{e, h}
+	im.done = append(im.done, de)
+	return de, nil
 }
 
 // Release gives a lease back: the import stream frees the mapping if this
@@ -208,12 +224,12 @@ func (l *impLease) Release() {
 	var h *cuda.IPCEventHandle
 	if !gone {
 		s := l.pool.dev.stream
-		if e, err := im.doneEvent(l.pool.dev); err != nil {
+		if de, err := im.doneEvent(l.pool.dev); err != nil {
 			reportError(fmt.Errorf("ipc: done event: %w", err))
-		} else if err := e.Record(s); err != nil {
+		} else if err := de.e.Record(s); err != nil {
 			reportError(fmt.Errorf("ipc: recording the done event: %w", err))
-		} else if hh, err := e.IPCHandle(); err == nil {
-			h = &hh
+		} else {
+			h = &de.h
 		}
 		if h == nil {
 			// No event to order the peer's free after our work: finish
@@ -256,8 +272,8 @@ func (im *importer) close() {
 		e.Destroy()
 	}
 	im.ready = map[cuda.IPCEventHandle]*cuda.Event{}
-	for _, e := range im.done {
-		e.Destroy()
+	for _, de := range im.done {
+		de.e.Destroy()
 	}
 	im.done = nil
 	for id, p := range im.pools {

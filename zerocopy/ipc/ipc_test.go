@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -306,6 +307,63 @@ func TestSlowProducer(t *testing.T) {
 	}
 }
 
+// TestSlowConsumer is the "done" direction of the ordering: the consumer
+// queues a copy of each tensor on the tensor's stream, gives the tensor back
+// at once, and its stream runs 300 ms later (the fake's delay). The
+// producer's free waits on the GPU for the consumer's done event, and so
+// does the next allocation, which takes the freed block over on the same
+// stream (the fake frees in stream order and reuses a block freed on the
+// allocating stream): every copy reads the value sent. The control: the
+// same producer with its waits for other processes dropped
+// (FAKECUDA_IPC_SKIP_WAITS) overwrites the block before the consumer's copy
+// runs.
+func TestSlowConsumer(t *testing.T) {
+	needFake(t)
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		right bool
+	}{
+		{"waits", nil, true},
+		{"control", []string{"FAKECUDA_IPC_SKIP_WAITS=1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 3
+			sock := sockPath(t)
+			env := append([]string{"IPC_TEST_N=" + strconv.Itoa(n)}, tc.env...)
+			prod, plines := startChild(t, "reuse", sock, env...)
+			expectLine(t, plines, "listening")
+			cons, clines := startChild(t, "slowread", sock, "IPC_TEST_N="+strconv.Itoa(n), "FAKECUDA_IPC_DELAY_MS=300")
+			got := strings.Fields(expectLine(t, clines, "read"))
+			if r := expectLine(t, plines, "reused"); r != strconv.Itoa(n-1) {
+				t.Errorf("the producer's allocations took the block freed before them %s times, want %d", r, n-1)
+			}
+			if err := cons.Wait(); err != nil {
+				t.Fatalf("consumer: %v", err)
+			}
+			if err := prod.Wait(); err != nil {
+				t.Fatalf("producer: %v", err)
+			}
+			t.Logf("the consumer's late copies read %q", got)
+			wrong := 0
+			for i, g := range got {
+				if g != strconv.Itoa(100+i) {
+					wrong++
+				}
+			}
+			if len(got) != n {
+				t.Fatalf("the consumer read %q, want %d values", got, n)
+			}
+			if tc.right && wrong > 0 {
+				t.Errorf("the consumer's late copies read %q, want 100 101 102: the producer reused memory before the consumer's done event", got)
+			}
+			if !tc.right && wrong == 0 {
+				t.Errorf("without the producer's waits the late copies still read %q: the fake did not reuse or poison the block early", got)
+			}
+		})
+	}
+}
+
 // TestProducerGone: the consumer's views stay valid after the producer
 // exited; Recv reports io.EOF and closing the views is harmless.
 func TestProducerGone(t *testing.T) {
@@ -408,6 +466,44 @@ func TestNotIPCMemory(t *testing.T) {
 	}
 }
 
+// TestListenInUse: a path another listener serves is refused
+// (EADDRINUSE) instead of being taken from it; a stale socket is replaced.
+func TestListenInUse(t *testing.T) {
+	sock := sockPath(t)
+	ln, err := ipc.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ipc.Listen(sock); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Listen on a path in use: %v, want EADDRINUSE", err)
+	}
+	if _, err := ipc.Serve(sock); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Serve on a path in use: %v, want EADDRINUSE", err)
+	}
+	ln.Close()
+	stale, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatalf("the stale socket is gone: %v", err)
+	}
+	ln, err = ipc.Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	ln.Close()
+	long := filepath.Join(t.TempDir(), strings.Repeat("x", 120))
+	if _, err := ipc.Listen(long); err == nil || !strings.Contains(err.Error(), "longer than the 107") {
+		t.Errorf("Listen on a %d-byte path: %v, want an error naming its length", len(long), err)
+	}
+	if _, err := ipc.Dial(""); err == nil || !strings.Contains(err.Error(), "empty socket path") {
+		t.Errorf("Dial of an empty path: %v", err)
+	}
+}
+
 // TestServerClaims: an offered tensor is claimed by token from another
 // process (twice: each claim a lease of its own); an unknown token is
 // refused; leases and offers end and the pool returns to its baseline.
@@ -457,6 +553,21 @@ func TestServerClaims(t *testing.T) {
 	if _, err := srv.Offer(pool, plain, time.Second, 0); !errors.Is(err, ipc.ErrNotIPCMemory) {
 		t.Errorf("Offer of host memory: %v, want ErrNotIPCMemory", err)
 	}
+}
+
+// childProducer makes a child's pool and waits for its peer on sock.
+func childProducer(sock string) (*ipc.Pool, *ipc.Conn, error) {
+	pool, err := ipc.NewPool(0, 16<<20)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := ipc.Listen(sock)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Println("listening")
+	peer, err := ln.Accept()
+	return pool, peer, err
 }
 
 // child plays the other side of a test.
@@ -529,17 +640,98 @@ func child(role, sock string) error {
 		}
 		fmt.Println("ok", n)
 		return c.Close()
+	case "reuse":
+		// One tensor at a time from the same stream, each allocated once
+		// the previous lease came back: the allocation takes the block the
+		// previous one's free gave up, in stream order.
+		pool, peer, err := childProducer(sock)
+		if err != nil {
+			return err
+		}
+		s := pool.Stream()
+		var prev uintptr
+		reused := 0
+		for i := 0; i < n; i++ {
+			v, err := pool.Alloc(s, dlpack.Uint32Type, 1<<14)
+			if err != nil {
+				return err
+			}
+			if v.Ptr() == prev {
+				reused++
+			}
+			prev = v.Ptr()
+			if err := s.MemsetD32Async(cuda.DevicePtr(v.Ptr()), 100+uint32(i), v.Len()); err != nil {
+				return err
+			}
+			if err := peer.Send(pool, v, nil); err != nil {
+				return err
+			}
+			v.Close()
+			for peer.Leases() > 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
+		fmt.Println("reused", reused)
+		return peer.Close()
+	case "slowread":
+		// Copy each tensor on its own stream, give it back at once, read
+		// the copies once the producer is gone (its frees all ran).
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		ctx, err := cuda.Retain(0)
+		if err != nil {
+			return err
+		}
+		defer ctx.Release()
+		var copies []cuda.DevicePtr
+		for i := 0; i < n; i++ {
+			v, err := c.Recv()
+			if err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+			nb := int64(v.Len()) * 4
+			dst, err := ctx.MemAlloc(nb)
+			if err != nil {
+				return err
+			}
+			if err := ctx.WrapStream(v.Stream()).MemcpyDtoDAsync(dst, cuda.DevicePtr(v.Ptr()), nb); err != nil {
+				return err
+			}
+			copies = append(copies, dst)
+			if err := v.Close(); err != nil {
+				return err
+			}
+		}
+		if _, err := c.Recv(); !errors.Is(err, io.EOF) {
+			return fmt.Errorf("after the last tensor: %v, want io.EOF", err)
+		}
+		if err := ctx.Synchronize(); err != nil {
+			return err
+		}
+		var got []string
+		for _, p := range copies {
+			w := make([]uint32, 1<<14)
+			if err := ctx.MemcpyDtoH(cuda.SliceBytes(w), p); err != nil {
+				return err
+			}
+			x := w[0]
+			for _, y := range w {
+				if y != w[0] {
+					x = y
+				}
+			}
+			got = append(got, strconv.FormatUint(uint64(x), 10))
+			ctx.MemFree(p)
+		}
+		fmt.Println("read", strings.Join(got, " "))
+		return c.Close()
 	case "produce":
-		pool, err := ipc.NewPool(0, 16<<20)
-		if err != nil {
-			return err
-		}
-		ln, err := ipc.Listen(sock)
-		if err != nil {
-			return err
-		}
-		fmt.Println("listening")
-		peer, err := ln.Accept()
+		pool, peer, err := childProducer(sock)
 		if err != nil {
 			return err
 		}

@@ -44,10 +44,14 @@ type Pool struct {
 	blocks []*block      // live allocations, sorted by address
 	ready  []*cuda.Event // idle ready events (no lease holds them)
 	events []*cuda.Event // every ready event made, for Close
-	fd     int           // the exported descriptor (-1 once closed)
-	limit  int64         // bytes the pool may hand out
-	inUse  int64         // bytes of live allocations
-	closed bool
+	// handles of the ready events, got once per event: a handle does not
+	// change when the event is recorded again, and each send saves the
+	// driver call.
+	handles map[*cuda.Event]cuda.IPCEventHandle
+	fd      int   // the exported descriptor (-1 once closed)
+	limit   int64 // bytes the pool may hand out
+	inUse   int64 // bytes of live allocations
+	closed  bool
 }
 
 // block is one allocation of the pool. Its owner counts the producer's
@@ -258,30 +262,40 @@ func (p *Pool) exportFD() (int, error) {
 	return p.fd, nil
 }
 
-// readyEvent returns an interprocess event to record for one lease: an
-// idle one or a new one. An event goes back (putReady) only when its lease
+// readyEvent returns an interprocess event to record for one lease, and
+// its handle: an idle one or a new one. An event goes back (putReady) only when its lease
 // ended: the peer queued its wait for the record when it received the
 // descriptor, before it gave the lease back. Recording the event again any
 // earlier could make the peer wait for the new record instead, which may
 // stand behind a wait for the peer's own "done" event on our stream: a
 // cycle on the GPU.
-func (p *Pool) readyEvent() (*cuda.Event, error) {
+func (p *Pool) readyEvent() (*cuda.Event, cuda.IPCEventHandle, error) {
 	p.mu.Lock()
 	if n := len(p.ready); n > 0 {
 		e := p.ready[n-1]
 		p.ready = p.ready[:n-1]
+		h := p.handles[e]
 		p.mu.Unlock()
-		return e, nil
+		return e, h, nil
 	}
 	p.mu.Unlock()
 	e, err := p.ctx.NewEvent(cuda.EventInterprocess)
 	if err != nil {
-		return nil, err
+		return nil, cuda.IPCEventHandle{}, err
+	}
+	h, err := e.IPCHandle()
+	if err != nil {
+		e.Destroy()
+		return nil, cuda.IPCEventHandle{}, err
 	}
 	p.mu.Lock()
 	p.events = append(p.events, e)
+	if p.handles == nil {
+		p.handles = map[*cuda.Event]cuda.IPCEventHandle{}
+	}
+	p.handles[e] = h
 	p.mu.Unlock()
-	return e, nil
+	return e, h, nil
 }
 
 // putReady returns a ready event whose lease ended.
@@ -343,17 +357,13 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 			s = p.ctx.WrapStream(h)
 		}
 	}
-	ev, err := p.readyEvent()
+	ev, h, err := p.readyEvent()
 	if err != nil {
 		ev = nil
 		return fail(fmt.Errorf("ipc: export: %w", err))
 	}
 	if err := ev.Record(s); err != nil {
 		return fail(fmt.Errorf("ipc: export: recording the ready event: %w", err))
-	}
-	h, err := ev.IPCHandle()
-	if err != nil {
-		return fail(fmt.Errorf("ipc: export: %w", err))
 	}
 	d := &Descriptor{
 		Pool: p.id, Device: p.uuid, Data: data, Size: b.size,
@@ -416,7 +426,7 @@ func (p *Pool) Close() error {
 	fd := p.fd
 	p.fd = -1
 	evs := p.events
-	p.ready, p.events = nil, nil
+	p.ready, p.events, p.handles = nil, nil, nil
 	p.mu.Unlock()
 	if fd >= 0 {
 		closeFD(fd)

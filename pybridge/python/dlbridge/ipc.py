@@ -219,22 +219,103 @@ class Server(_Object):
         return _handle(_offer, self._live(), ph, tensor._handle(), int(ttl * 1000), int(uses))
 
 
-def serve(path, pool, handler, daemon=True):
-    """Accept peers on ``path`` in a thread, calling ``handler(conn, pool)``
-    for each in a thread of its own; returns the Listener (close it to
-    stop)."""
-    ln = Listener(path)
+class Serving(Listener):
+    """What ``serve`` returns: a Listener whose peers are accepted and
+    handled in threads. ``close()`` (or leaving a ``with`` block) stops
+    serving: no new peers, every connection closed (the leases its peer
+    still holds end, as if it had died), the threads joined."""
 
-    def loop():
+    def __init__(self, path, pool, handler, daemon):
+        super().__init__(path)
+        self.pool = pool
+        self._handler = handler
+        self._daemon = daemon
+        self._lock = threading.Lock()
+        self._conns = set()
+        self._threads = set()
+        self._closing = False
+        self._accepter = threading.Thread(target=self._accept_loop, daemon=daemon,
+                                          name="dlbridge.ipc.serve %s" % self.path)
+        self._accepter.start()
+
+    @property
+    def connections(self):
+        """The peers connected now (a peer that closed or died is gone)."""
+        with self._lock:
+            return len(self._conns)
+
+    def accept(self):
+        raise RuntimeError("dlbridge.ipc: serve() accepts its peers itself; use listen() to accept them by hand")
+
+    def _accept_loop(self):
         while True:
             try:
-                c = ln.accept()
-            except Exception:
+                c = Connection(_handle(_accept, self._live()))
+            except (RuntimeError, ValueError):  # closed
                 return
-            threading.Thread(target=handler, args=(c, pool), daemon=daemon).start()
+            with self._lock:
+                if self._closing:
+                    c.close()
+                    return
+                self._conns.add(c)
+                th = threading.Thread(target=self._serve_one, args=(c,), daemon=self._daemon,
+                                      name="dlbridge.ipc.serve peer")
+                self._threads.add(th)
+            th.start()
 
-    threading.Thread(target=loop, daemon=daemon).start()
-    return ln
+    def _serve_one(self, c):
+        try:
+            self._handler(c, self.pool)
+        finally:
+            # The handler is done, the peer may not be: the connection stays
+            # open (its leases with it) until the peer closes or dies, or
+            # serving stops. What the peer sends meanwhile goes back.
+            try:
+                while True:
+                    c.recv().close()
+            except (EOFError, ValueError, BufferError, RuntimeError):
+                pass
+            with self._lock:
+                if c in self._conns:
+                    self._conns.discard(c)
+                    c.close()
+                self._threads.discard(threading.current_thread())
+
+    def close(self, timeout=10.0):
+        """Stop serving; wait up to ``timeout`` seconds (None: for ever) for
+        the handlers to return."""
+        with self._lock:
+            self._closing = True
+        super().close()  # the accept loop ends
+        if self._accepter is not threading.current_thread():
+            self._accepter.join(timeout)
+        with self._lock:
+            for c in self._conns:
+                c.close()  # the peer's leases end; a handler's recv raises EOFError
+            self._conns.clear()
+            threads = [t for t in self._threads if t is not threading.current_thread()]
+        for t in threads:
+            t.join(timeout)
+
+
+def serve(path, pool, handler, daemon=True):
+    """Accept peers on the Unix socket ``path`` in a thread and call
+    ``handler(conn, pool)`` for each in a thread of its own. The connection
+    stays open after the handler returns, until the peer closes it or dies,
+    so that the tensors sent keep their memory for as long as the peer
+    holds them. Returns a Serving (a Listener): ``close()`` stops serving.
+    Threads are daemon threads unless ``daemon`` is False."""
+    if isinstance(path, int) or not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError("dlbridge.ipc.serve: path must be a str, bytes or os.PathLike socket path, not %s"
+                        % type(path).__name__)
+    if pool is not None and not isinstance(pool, Pool):
+        raise TypeError("dlbridge.ipc.serve: pool must be a dlbridge.ipc.Pool or None, not %s" % type(pool).__name__)
+    if pool is not None:
+        pool._live()  # ValueError for a closed pool
+    if not callable(handler):
+        raise TypeError("dlbridge.ipc.serve: handler must be callable as handler(conn, pool), not %s"
+                        % type(handler).__name__)
+    return Serving(path, pool, handler, bool(daemon))
 
 
 # ------------------------------------------------------------- pickling

@@ -10,6 +10,16 @@ early  like check, but first read each tensor's memory directly through the
        saw the data already ("early K"): the control that shows a slow
        producer is slow.
 torch  like check, through torch.from_dlpack on a torch stream of its own.
+wait   receive N tensors and check them, keeping them all; print "holding N",
+       wait for a line on stdin, check them again (their memory must not
+       have been freed or reused meanwhile), close them, print "ok N".
+slow   receive N tensors; queue a copy of each on the tensor's own stream
+       (left in flight), close it at once (the lease goes back), and read
+       the copies only once the producer is gone: "read V0 V1 ..." (each
+       copy's value, or the first element that differs). With the fake's
+       FAKECUDA_IPC_DELAY_MS the copies run late, after the producer
+       allocated again: they read right only if its frees wait for this
+       process's "done" events.
 time   hand-overs of one tensor (internal/ipcproducer -bytes): receive N,
        time each recv (socket to ready view), print "handover BYTES MEDIAN_NS".
 """
@@ -55,6 +65,42 @@ def main():
             t.close()
         times.sort()
         print("handover", nbytes, times[len(times) // 2], flush=True)
+        return
+    if mode == "wait":
+        got = [conn.recv() for _ in range(n)]
+        for i, t in enumerate(got):
+            if not (values(t) == i + 1).all():
+                print("wrong", i, flush=True)
+                sys.exit(1)
+        print("holding", n, flush=True)
+        sys.stdin.readline()
+        for i, t in enumerate(got):
+            if not (values(t) == i + 1).all():
+                print("wrong later", i, values(t).ravel()[0], flush=True)
+                sys.exit(1)
+            t.close()
+        print("ok", n, flush=True)
+        conn.close()
+        return
+    if mode == "slow":
+        copies = []
+        for _ in range(n):
+            t = conn.recv()
+            d = dlbridge.empty(t.shape, t.dtype, t.device)
+            d.copy_(t, non_blocking=True, stream=t._stream)
+            t.close()
+            copies.append(d)
+        try:
+            conn.recv()
+        except EOFError:
+            pass
+        got = []
+        for d in copies:
+            v = values(d).ravel()
+            bad = v[v != v[0]]
+            got.append(int(bad[0] if len(bad) else v[0]))
+        print("read", " ".join(map(str, got)), flush=True)
+        conn.close()
         return
     held, early = [], 0
     stream = None

@@ -50,8 +50,8 @@ def producer(tmp_path_factory):
     return exe
 
 
-def _start(args, env=None):
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+def _start(args, env=None, stdin=None):
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, stdin=stdin,
                             env=dict(os.environ, **(env or {})))
 
 
@@ -61,8 +61,8 @@ def _line(p, prefix):
     return line.split()[1:]
 
 
-def _consumer(mode, sock, n, env=None):
-    return _start([sys.executable, CONSUMER, mode, sock, str(n)], env)
+def _consumer(mode, sock, n, env=None, stdin=None):
+    return _start([sys.executable, CONSUMER, mode, sock, str(n)], env, stdin)
 
 
 def _run_go(producer, sock, consumer_mode, n, window=8, producer_env=None, kill=False):
@@ -116,6 +116,41 @@ def test_slow_producer_never_read_early(producer, fake_driver, tmp_path):
     assert "ok 5" in out
     assert "early 0" in out, out
     assert (used, live) == (base, 0)
+
+
+@pytest.mark.parametrize("skip_waits", [False, True], ids=["waits", "control"])
+def test_slow_consumer_reads_before_the_free(producer, fake_driver, tmp_path, skip_waits):
+    """The "done" direction: the consumer copies each tensor on the tensor's
+    stream and closes it at once; its stream runs 300 ms later (the fake's
+    delay), after the Go producer got the lease back and allocated the next
+    tensor, which takes the freed block over on the same stream. The copies
+    read right because the producer's free, and so its next write, wait for
+    the consumer's done event on the GPU. The control drops the producer's
+    waits for other processes (FAKECUDA_IPC_SKIP_WAITS): the late copies
+    then read the next tensor's values or freed memory."""
+    sock = str(tmp_path / "s")
+    n = 3
+    prod = _start([producer, "-sock", sock, "-n", str(n), "-elems", "16384", "-window", "1"],
+                  {"FAKECUDA_IPC_SKIP_WAITS": "1"} if skip_waits else None)
+    try:
+        base = int(_line(prod, "baseline")[0])
+        cons = _consumer("slow", sock, n, {"FAKECUDA_IPC_DELAY_MS": "300"})
+        got = _line(cons, "read")
+        assert cons.wait(60) == 0
+        assert int(_line(prod, "sent")[0]) == n
+        used, live = map(int, _line(prod, "final"))
+        assert prod.wait(60) == 0
+    finally:
+        for p in (prod,) + ((cons,) if "cons" in locals() else ()):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert (used, live) == (base, 0)
+    want = [str(i + 1) for i in range(n)]
+    if skip_waits:
+        assert got != want, "without the producer's waits the late copies still read right: the fake reused nothing early"
+    else:
+        assert got == want, "the late copies read %s: the producer's free did not wait for the done event" % got
 
 
 def _py_producer(sock, n, ready):
@@ -189,6 +224,227 @@ def _closed_recv(ln, sock):
     s = ln.accept()
     s.close()
     c.recv()
+
+
+# ---- dlbridge.ipc.serve ----
+
+def _sender(n):
+    """A serve() handler: n tensors, tensor i filled with i+1, then return."""
+    def handler(conn, pool):
+        for i in range(n):
+            t = pool.empty((n + 1, 3), "uint32")
+            t.fill_(i + 1)
+            conn.send(t, pool)
+            t.close()
+    return handler
+
+
+def _eventually(what, cond, timeout=30.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.01)
+
+
+def _live(pool):
+    dlbridge.synchronize(pool.device)  # the frees queued so far run
+    return pool.usage()[2]
+
+
+def _serve_threads():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("dlbridge.ipc.serve")]
+
+
+def _expect_ok(p, n):
+    out = p.stdout.read()
+    assert p.wait(60) == 0, out
+    assert "ok %d" % n in out, out
+
+
+def _all_back(pool, srv):
+    _eventually("the leases back", lambda: _live(pool) == 0)
+    _eventually("the peers' connections dropped", lambda: srv.connections == 0)
+
+
+def _reap(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_serve_leases_outlive_the_handler(tmp_path):
+    """serve() hands each peer to the handler; after the handler returned
+    the connection stays, so the tensors each consumer holds keep their
+    memory until it gives them back (two consumers, one after the other,
+    both holding); then the pool is back at its baseline."""
+    import gc
+
+    pool = dlbridge.ipc.Pool(0, 16 << 20)
+    sock = str(tmp_path / "s")
+    with dlbridge.ipc.serve(sock, pool, _sender(5)) as srv:
+        assert isinstance(srv, dlbridge.ipc.Listener) and srv.path == sock
+        conss = []
+        try:
+            for _ in range(2):
+                c = _consumer("wait", sock, 5, stdin=subprocess.PIPE)
+                conss.append(c)
+                assert _line(c, "holding") == ["5"]
+            gc.collect()
+            assert _live(pool) == 10, "a consumer's leases ended while it held the tensors"
+            assert srv.connections == 2
+            for c in conss:
+                c.stdin.write("go\n")
+                c.stdin.flush()
+                _expect_ok(c, 5)
+        finally:
+            _reap(*conss)
+        _all_back(pool, srv)
+    pool.close()
+
+
+def test_serve_several_consumers(tmp_path):
+    """Three consumer processes at once, each served by a handler thread of
+    its own, each checks every value; every lease comes back."""
+    pool = dlbridge.ipc.Pool(0, 32 << 20)
+    sock = str(tmp_path / "s")
+    srv = dlbridge.ipc.serve(sock, pool, _sender(20))
+    conss = [_consumer("check", sock, 20) for _ in range(3)]
+    try:
+        for c in conss:
+            _expect_ok(c, 20)
+    finally:
+        _reap(*conss)
+    _all_back(pool, srv)
+    srv.close()
+    pool.close()
+
+
+def test_serve_killed_consumer_gives_leases_back(tmp_path):
+    """A consumer killed while it holds tensors: its leases end, the pool
+    returns to its baseline, serve goes on serving the next peer."""
+    pool = dlbridge.ipc.Pool(0, 32 << 20)
+    sock = str(tmp_path / "s")
+    srv = dlbridge.ipc.serve(sock, pool, _sender(30))
+    cons = _consumer("hold", sock, 30)
+    try:
+        assert int(_line(cons, "holding")[0]) == 3
+        assert _live(pool) == 3
+        cons.send_signal(signal.SIGKILL)
+        cons.wait(60)
+    finally:
+        _reap(cons)
+    _all_back(pool, srv)
+    nxt = _consumer("check", sock, 30)
+    try:
+        _expect_ok(nxt, 30)
+    finally:
+        _reap(nxt)
+    srv.close()
+    pool.close()
+
+
+def test_serve_close_stops_cleanly(tmp_path):
+    """close() ends the connections: a consumer waiting in recv gets
+    EOFError, the leases of one that still holds tensors end (as if it had
+    died); serve's threads are joined, the socket is removed, the pool is
+    back at its baseline and the path can be served again."""
+    pool = dlbridge.ipc.Pool(0, 32 << 20)
+    sock = str(tmp_path / "s")
+    before = len(_serve_threads())
+    served = []
+
+    def handler(conn, pool):
+        _sender(30)(conn, pool)
+        served.append(conn)
+
+    srv = dlbridge.ipc.serve(sock, pool, handler)
+    waiter = _consumer("check", sock, 31)  # waits in recv for a 31st tensor
+    holder = None
+    try:
+        _eventually("the waiter's tensors back", lambda: len(served) == 1 and _live(pool) == 0)
+        holder = _consumer("hold", sock, 30)
+        assert int(_line(holder, "holding")[0]) == 3
+        assert _live(pool) == 3
+        assert srv.connections == 2
+        srv.close()
+        out = waiter.stdout.read()
+        assert waiter.wait(60) == 0, out  # its recv raised EOFError
+        assert "wrong" not in out
+        _eventually("the leases back", lambda: _live(pool) == 0)
+        assert holder.poll() is None
+    finally:
+        _reap(*[p for p in (holder, waiter) if p is not None])
+    assert len(_serve_threads()) == before
+    assert srv.connections == 0
+    assert not os.path.exists(sock)
+    srv.close()  # again: nothing to do
+    with pytest.raises(ValueError):
+        dlbridge.ipc.connect(sock)
+    dlbridge.ipc.serve(sock, pool, _sender(0)).close()
+    pool.close()
+
+
+def test_serve_handler_errors_are_reported_and_serving_goes_on(tmp_path, monkeypatch):
+    """An exception in a handler reaches threading.excepthook; the peer
+    keeps what it was sent, and the next peer is served."""
+    import threading
+
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda a: seen.append(a.exc_type))
+    calls = []
+
+    def handler(conn, pool):
+        calls.append(conn)
+        _sender(1)(conn, pool)
+        if len(calls) == 1:
+            raise KeyError("the handler's own bug")
+
+    pool = dlbridge.ipc.Pool(0, 16 << 20)
+    sock = str(tmp_path / "s")
+    with dlbridge.ipc.serve(sock, pool, handler):
+        for _ in range(2):
+            c = _consumer("check", sock, 1)
+            try:
+                _expect_ok(c, 1)
+            finally:
+                _reap(c)
+    assert seen == [KeyError]
+    assert _live(pool) == 0
+    pool.close()
+
+
+def test_serve_bad_input(tmp_path):
+    """Bad arguments are refused at once, naming what was wrong."""
+    pool = dlbridge.ipc.Pool(0, 1 << 20)
+    sock = str(tmp_path / "s")
+    with pytest.raises(TypeError, match="handler must be callable"):
+        dlbridge.ipc.serve(sock, pool, "not a function")
+    with pytest.raises(TypeError, match="pool must be a dlbridge.ipc.Pool"):
+        dlbridge.ipc.serve(sock, 0, _sender(1))
+    with pytest.raises(TypeError, match="path must be"):
+        dlbridge.ipc.serve(None, pool, _sender(1))
+    with pytest.raises(TypeError, match="path must be"):
+        dlbridge.ipc.serve(3, pool, _sender(1))
+    with pytest.raises(ValueError, match="no such file or directory"):
+        dlbridge.ipc.serve(str(tmp_path / "missing" / "s"), pool, _sender(1))
+    with pytest.raises(ValueError, match="longer than the 107"):
+        dlbridge.ipc.serve(str(tmp_path / ("x" * 200)), pool, _sender(1))
+    with dlbridge.ipc.serve(sock, pool, _sender(1)) as srv:
+        with pytest.raises(ValueError, match="address already in use"):
+            dlbridge.ipc.serve(sock, pool, _sender(1))
+        with pytest.raises(RuntimeError, match="accepts its peers itself"):
+            srv.accept()
+    assert not os.path.exists(sock) and _serve_threads() == []
+    pool.close()
+    with pytest.raises(ValueError, match="Pool is closed"):
+        dlbridge.ipc.serve(sock, pool, _sender(1))
+    assert not os.path.exists(sock)
 
 
 # ---- multiprocessing: CUDA tensors pickle by handle ----
