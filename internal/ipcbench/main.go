@@ -61,7 +61,8 @@ func parseSizes(s string) ([]int64, error) {
 //	'D' size  the dlbridge hand-over: allocate a fresh tensor of size bytes
 //	          from the ipc.Pool, queue its write, then take the time and
 //	          Send it over the ipc.Conn; answer the time taken just before
-//	          Send (8 bytes, nanoseconds of the wall clock).
+//	          Send and how long Send took (8 bytes each, nanoseconds of
+//	          the wall clock). The consumer is already waiting in Recv.
 //	'R' size  the driver alone: allocate a fresh block of size bytes from
 //	          the raw pool, queue its write, record the event; answer the
 //	          pointer's export data (64 bytes).
@@ -164,13 +165,15 @@ func producer(dir, maxArg string) error {
 			if err := s.MemsetD8Async(cuda.DevicePtr(v.Ptr()), 1, size); err != nil {
 				return err
 			}
-			t0 := time.Now().UnixNano()
+			t0 := time.Now()
 			if err := peer.Send(pool, v, nil); err != nil {
 				return err
 			}
+			sent := time.Since(t0)
 			held = v
-			var b [8]byte
-			binary.LittleEndian.PutUint64(b[:], uint64(t0))
+			var b [16]byte
+			binary.LittleEndian.PutUint64(b[:], uint64(t0.UnixNano()))
+			binary.LittleEndian.PutUint64(b[8:], uint64(sent))
 			if _, err := uc.Write(b[:]); err != nil {
 				return err
 			}
@@ -313,12 +316,16 @@ func consumer() error {
 		return err
 	}
 	defer c.Close()
-	ask := func(op byte, size int64, reply []byte) error {
+	request := func(op byte, size int64) error {
 		b := []byte{op}
 		if op != askFree {
 			b = binary.LittleEndian.AppendUint64(b, uint64(size))
 		}
-		if _, err := ctl.Write(b); err != nil {
+		_, err := ctl.Write(b)
+		return err
+	}
+	ask := func(op byte, size int64, reply []byte) error {
+		if err := request(op, size); err != nil {
 			return err
 		}
 		_, err := io.ReadFull(ctl, reply)
@@ -326,13 +333,13 @@ func consumer() error {
 	}
 	var one [1]byte
 	fmt.Println("# hand-over of a fresh allocation after first contact, medians in ns; ratio = dlbridge / driver")
-	fmt.Printf("%-12s %12s %12s %12s %8s\n", "size", "dlbridge", "import", "driver", "ratio")
+	fmt.Printf("%-12s %12s %12s %12s %12s %8s\n", "size", "dlbridge", "send", "import", "driver", "ratio")
 	for _, size := range sizes {
-		var hand, imp, drv []time.Duration
+		var hand, send, imp, drv []time.Duration
 		for r := 0; r <= *rounds; r++ {
-			// dlbridge
-			var t0b [8]byte
-			if err := ask(askDlbridge, size, t0b[:]); err != nil {
+			// dlbridge: Recv waits before the producer sends, as a
+			// consumer serving requests does.
+			if err := request(askDlbridge, size); err != nil {
 				return err
 			}
 			v, err := c.Recv()
@@ -340,7 +347,11 @@ func consumer() error {
 			if err != nil {
 				return err
 			}
-			d := time.Duration(t1 - int64(binary.LittleEndian.Uint64(t0b[:])))
+			var t0b [16]byte
+			if _, err := io.ReadFull(ctl, t0b[:]); err != nil {
+				return err
+			}
+			d := time.Duration(t1 - int64(binary.LittleEndian.Uint64(t0b[:8])))
 			is := ctx.WrapStream(v.Stream())
 			if r == 0 {
 				// First contact of this size: check the data once (the
@@ -357,6 +368,7 @@ func consumer() error {
 				}
 			} else {
 				hand = append(hand, d)
+				send = append(send, time.Duration(binary.LittleEndian.Uint64(t0b[8:])))
 				imp = append(imp, c.LastImport())
 			}
 			v.Close()
@@ -393,8 +405,8 @@ func consumer() error {
 				return err
 			}
 		}
-		h, i, dr := median(hand), median(imp), median(drv)
-		fmt.Printf("%-12d %12d %12d %12d %8.2f\n", size, h, i, dr, float64(h)/float64(dr))
+		h, sd, i, dr := median(hand), median(send), median(imp), median(drv)
+		fmt.Printf("%-12d %12d %12d %12d %12d %8.2f\n", size, h, sd, i, dr, float64(h)/float64(dr))
 	}
 	ctl.CloseWrite()
 	return cmd.Wait()

@@ -64,8 +64,20 @@ type block struct {
 	ptr    cuda.DevicePtr
 	size   int64
 	stream *cuda.Stream
-	data   cuda.PoolExportData
-	hasExp bool
+	// exported is closed once data (or expErr) is set: the export runs
+	// from Alloc in a goroutine of its own, because the driver's export
+	// costs host time in proportion to the size (2.2 ms at 4 GiB on an
+	// H100, bench/results/ipc-h100) and would otherwise stand between a
+	// tensor being ready and its Send.
+	exported chan struct{}
+	data     cuda.PoolExportData
+	expErr   error
+}
+
+// export makes the block's export data, once.
+func (b *block) export() {
+	b.data, b.expErr = cuda.ExportPointer(b.ptr)
+	close(b.exported)
 }
 
 // NewPool creates an IPC pool on CUDA device dev that reserves at most
@@ -186,8 +198,9 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 		p.mu.Unlock()
 		return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w", dt, shape, err)
 	}
-	b := &block{pool: p, ptr: ptr, size: size, stream: s}
+	b := &block{pool: p, ptr: ptr, size: size, stream: s, exported: make(chan struct{})}
 	b.owner.Init(b, "ipc pool allocation")
+	go b.export()
 	p.mu.Lock()
 	i := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].ptr >= ptr })
 	p.blocks = append(p.blocks, nil)
@@ -201,6 +214,7 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 
 // Release frees the block in stream order (the Owner calls it once).
 func (b *block) Release() {
+	<-b.exported // the driver's export of the pointer is done with it
 	p := b.pool
 	p.mu.Lock()
 	for i, x := range p.blocks {
@@ -340,17 +354,11 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 		b.owner.Release()
 		return nil, nil, err
 	}
-	p.mu.Lock()
-	if !b.hasExp {
-		d, err := cuda.ExportPointer(b.ptr)
-		if err != nil {
-			p.mu.Unlock()
-			return fail(fmt.Errorf("ipc: export: %w", err))
-		}
-		b.data, b.hasExp = d, true
+	<-b.exported
+	if b.expErr != nil {
+		return fail(fmt.Errorf("ipc: export: %w", b.expErr))
 	}
 	data := b.data
-	p.mu.Unlock()
 	if s == nil {
 		s = b.stream
 		if h := v.Stream(); h != 0 && h != s.Handle() {
