@@ -24,7 +24,7 @@ import (
 func main() {
 	var err error
 	if dir := os.Getenv("IPCBENCH_PRODUCER"); dir != "" {
-		err = producer(dir, os.Getenv("IPCBENCH_MAX"))
+		err = producer(dir, os.Getenv("IPCBENCH_MAX"), os.Getenv("IPCBENCH_FILL"))
 	} else {
 		err = consumer()
 	}
@@ -79,8 +79,12 @@ const (
 )
 
 // producer serves the consumer's asks on dir/ctl and sends tensors over an
-// ipc.Conn on dir/dlb. Its pools hold at most max bytes each.
-func producer(dir, maxArg string) error {
+// ipc.Conn on dir/dlb. Its pools hold at most max bytes each. fill is how
+// a fresh tensor gets its bytes: "device" queues a memset and sends at
+// once; "host" copies them from host memory first (cuMemcpyHtoD, which
+// returns once the copy is done), as a server filling a tensor with a
+// request's data does.
+func producer(dir, maxArg, fill string) error {
 	max, err := strconv.ParseInt(maxArg, 10, 64)
 	if err != nil {
 		return err
@@ -115,6 +119,19 @@ func producer(dir, maxArg string) error {
 		return err
 	}
 	s := pool.Stream()
+	var src []byte
+	if fill == "host" {
+		src = make([]byte, max)
+		for i := range src {
+			src[i] = 1
+		}
+	}
+	write := func(p cuda.DevicePtr, size int64) error {
+		if src != nil {
+			return ctx.MemcpyHtoD(p, src[:size])
+		}
+		return s.MemsetD8Async(p, 1, size)
+	}
 	ln, err := ipc.Listen(filepath.Join(dir, "dlb"))
 	if err != nil {
 		return err
@@ -162,7 +179,7 @@ func producer(dir, maxArg string) error {
 			if err != nil {
 				return err
 			}
-			if err := s.MemsetD8Async(cuda.DevicePtr(v.Ptr()), 1, size); err != nil {
+			if err := write(cuda.DevicePtr(v.Ptr()), size); err != nil {
 				return err
 			}
 			t0 := time.Now()
@@ -182,7 +199,7 @@ func producer(dir, maxArg string) error {
 			if err != nil {
 				return err
 			}
-			if err := s.MemsetD8Async(p, 1, size); err != nil {
+			if err := write(p, size); err != nil {
 				return err
 			}
 			if err := ev.Record(s); err != nil {
@@ -245,7 +262,11 @@ func median(d []time.Duration) time.Duration {
 func consumer() error {
 	rounds := flag.Int("rounds", 30, "timed rounds per size")
 	sizesArg := flag.String("sizes", "1M,64M,1G,4G", "tensor sizes (K, M, G suffixes)")
+	fill := flag.String("fill", "device", `how the producer fills a tensor before sending it: "device" (a memset queued on its stream; Send follows at once) or "host" (a copy from host memory, done before Send)`)
 	flag.Parse()
+	if *fill != "device" && *fill != "host" {
+		return fmt.Errorf("-fill %q: want device or host", *fill)
+	}
 	sizes, err := parseSizes(*sizesArg)
 	if err != nil {
 		return err
@@ -262,7 +283,7 @@ func consumer() error {
 	}
 	defer os.RemoveAll(dir)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "IPCBENCH_PRODUCER="+dir, "IPCBENCH_MAX="+strconv.FormatInt(max, 10))
+	cmd.Env = append(os.Environ(), "IPCBENCH_PRODUCER="+dir, "IPCBENCH_MAX="+strconv.FormatInt(max, 10), "IPCBENCH_FILL="+*fill)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -332,7 +353,7 @@ func consumer() error {
 		return err
 	}
 	var one [1]byte
-	fmt.Println("# hand-over of a fresh allocation after first contact, medians in ns; ratio = dlbridge / driver")
+	fmt.Printf("# hand-over of a fresh allocation after first contact (producer fill: %s), medians in ns; ratio = dlbridge / driver\n", *fill)
 	fmt.Printf("%-12s %12s %12s %12s %12s %8s\n", "size", "dlbridge", "send", "import", "driver", "ratio")
 	for _, size := range sizes {
 		var hand, send, imp, drv []time.Duration
