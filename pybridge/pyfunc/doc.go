@@ -52,7 +52,8 @@
 //
 // Arguments are borrowed for the call: a view the body keeps after it
 // returns (a Retain, or a result that is a view of an argument) keeps the
-// Python object's memory alive until it is closed.
+// Python object's memory alive until it is closed; one derived from an
+// argument and kept without Retain fails with zerocopy.ErrClosed.
 //
 // One Go runtime per process: a registered package is linked into one
 // c-shared library with dlbridge's C ABI (`dlbridge build -o lib.so PKG...`,
