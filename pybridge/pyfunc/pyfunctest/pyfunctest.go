@@ -101,7 +101,12 @@ func KeptSum() (float64, error) {
 	if kept.v == nil {
 		return 0, pyfunc.ValueErrorf("pytest: nothing kept")
 	}
-	xs, err := zerocopy.HostSliceRO[float32](kept.v)
+	return sum32(kept.v)
+}
+
+// sum32 sums a host float32 view's elements.
+func sum32(v *zerocopy.View) (float64, error) {
+	xs, err := zerocopy.HostSliceRO[float32](v)
 	if err != nil {
 		return 0, err
 	}
@@ -148,15 +153,7 @@ func KeepUnretained(x *zerocopy.View) error {
 func UnretainedSum(busy *zerocopy.View) (float64, error) {
 	unretained.Lock()
 	defer unretained.Unlock()
-	xs, err := zerocopy.HostSliceRO[float32](unretained.v)
-	if err != nil {
-		return 0, err
-	}
-	var s float64
-	for _, x := range xs {
-		s += float64(x)
-	}
-	return s, nil
+	return sum32(unretained.v)
 }
 
 // Pair returns two new host tensors: 0..n-1 as float32 and as int64.

@@ -383,15 +383,22 @@ def test_cuda_call_runs_on_the_callers_stream(driver):
     assert np.from_dlpack(out.to("cpu")).tolist() == [0.5 * i for i in range(8)]
 
 
+def _pending_fill(fake_driver, n, value):
+    """A CUDA tensor of n zeros and a stream on which a fill of value is
+    pending (the fake runs queued work only when it is waited for)."""
+    x = dlbridge.asarray(_f32([0] * n)).to("cuda")
+    s = dlbridge.Stream(device=0)
+    dlbridge.synchronize()
+    ops.pytest.fill_async(x, value, stream=s)
+    assert fake_driver.pending(s.cuda_stream) > 0
+    return x, s
+
+
 @pytest.mark.gpu
 def test_a_body_that_waits_for_its_stream_returns_with_its_work_done(fake_driver):
     # pytest.fill_wait fills x on the caller's stream and waits for it (the
     # GIL is free meanwhile): nothing is left pending on the stream.
-    x = dlbridge.asarray(_f32([0] * 32)).to("cuda")
-    s = dlbridge.Stream(device=0)
-    dlbridge.synchronize()
-    ops.pytest.fill_async(x, 1.0, stream=s)
-    assert fake_driver.pending(s.cuda_stream) > 0  # the fake runs work only when waited for
+    x, s = _pending_fill(fake_driver, 32, 1.0)
     syncs = fake_driver.calls("cuStreamSynchronize")
     ops.pytest.fill_wait(x, 4.0, 3, stream=s)
     assert fake_driver.calls("cuStreamSynchronize") == syncs + 1
@@ -403,12 +410,9 @@ def test_a_body_that_waits_for_its_stream_returns_with_its_work_done(fake_driver
 @pytest.mark.gpu
 def test_cuda_call_orders_after_pending_writes_by_event_without_host_sync(fake_driver):
     fake = fake_driver.lib
-    x = dlbridge.asarray(_f32([0] * 64)).to("cuda")
     y = dlbridge.asarray(_f32([1] * 64)).to("cuda")
-    s1, s2 = dlbridge.Stream(device=0), dlbridge.Stream(device=0)
-    dlbridge.synchronize()
-    ops.pytest.fill_async(x, 3.0, stream=s1)  # pending on s1 (the fake runs it only when waited for)
-    assert fake_driver.pending(s1.cuda_stream) > 0
+    x, s1 = _pending_fill(fake_driver, 64, 3.0)
+    s2 = dlbridge.Stream(device=0)
     syncs = [fake_driver.calls(n) for n in ("cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")]
     fake.fakecuda_reset_calls()
     ops.gofunc.axpy(y, x, 2.0, stream=s2)  # reads x on s2: after s1's write, by an event
