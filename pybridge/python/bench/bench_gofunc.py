@@ -136,6 +136,18 @@ def host():
                "numpy.multiply(x, 2.0, out=out)")
 
 
+def cupy_axpy():
+    """CuPy's RawKernel of gofunc's axpy, or None without CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    src = r'''extern "C" __global__ void axpy(float* y, const float* x, unsigned long long n, float a) {
+        for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+            y[i] = a * x[i] + y[i]; }'''
+    return cupy.RawKernel(src, "axpy")
+
+
 def gpu():
     try:
         import torch
@@ -159,15 +171,9 @@ def gpu():
             "torch x.add_(0)": lambda: x.add_(0),
             "torch.cuda.current_stream()": lambda: torch.cuda.current_stream(),
         }
-        try:
+        k = cupy_axpy()
+        if k is not None:
             import cupy
-        except ImportError:
-            cupy = None
-        if cupy is not None:
-            src = r'''extern "C" __global__ void axpy(float* y, const float* x, unsigned long long n, float a) {
-                for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
-                    y[i] = a * x[i] + y[i]; }'''
-            k = cupy.RawKernel(src, "axpy")
             cx, cy = cupy.asarray(x), cupy.asarray(y)
             cs = cupy.cuda.ExternalStream(side.cuda_stream)
             grid = ((n + 255) // 256,)
@@ -206,6 +212,18 @@ def threads_scaling(torch):
         y, x, s = torch.zeros(1024, device="cuda"), torch.ones(1024, device="cuda"), torch.cuda.Stream()
         f = ops.gofunc.noop
         return s, lambda: f(x, y)
+
+    def add_case():  # a peer: torch releases the GIL in its ops too
+        x, s = torch.zeros(1024, device="cuda"), torch.cuda.Stream()
+        return s, lambda: x.add_(0)
+
+    def cupy_case():  # a peer: CuPy's launch of the same kernel
+        import cupy
+        k = cupy_axpy()
+        y, x, s = torch.zeros(1024, device="cuda"), torch.ones(1024, device="cuda"), torch.cuda.Stream()
+        cy, cx, cs = cupy.asarray(y), cupy.asarray(x), cupy.cuda.ExternalStream(s.cuda_stream)
+        a32, nn = numpy.float32(1.0), numpy.uint64(1024)
+        return s, lambda: k((4,), (256,), (cy, cx, nn, a32), stream=cs)
 
     def fill10_case():
         x, s = torch.zeros(1024, device="cuda"), torch.cuda.Stream()
@@ -249,7 +267,10 @@ def threads_scaling(torch):
         return nthreads * calls / (time.perf_counter() - t0)
 
     print("== threads: calls per second, each thread its own tensors and stream")
-    cases = [("gofunc.axpy (one kernel launch)", axpy_case), ("gofunc.noop (no driver call)", noop_case)]
+    cases = [("gofunc.axpy (one kernel launch)", axpy_case), ("gofunc.noop (no driver call)", noop_case),
+             ("torch x.add_(0) (a peer)", add_case)]
+    if cupy_axpy() is not None:
+        cases.append(("cupy RawKernel axpy launch (a peer)", cupy_case))
     if "pytest" in dir(ops):
         cases.append(("pytest.fill_times(x, 1.0, 10) (10 launches)", fill10_case))
         cases.append(("pytest.fill_wait(x 4 MiB, 1.0, 10) (10 launches and a wait)", fill10_wait_case))
