@@ -1730,6 +1730,9 @@ typedef struct {
 static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int64_t *stream, int *stream_known,
 		      stream_cache *cache) {
 	k->obj = obj;
+	// An exact ndarray first: one pointer comparison, where is_ctensor
+	// walks the type's bases.
+	if (is_ndarray(obj) && ndarray_arg(obj, a, k)) return 0;
 	if (is_ctensor(obj)) {
 		CTensor *t = (CTensor *)obj;
 		if (check_open(t) < 0) return -1;
@@ -1738,7 +1741,6 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 		return 0;
 	}
 	PyObject *kind = NULL;
-	if (is_ndarray(obj) && ndarray_arg(obj, a, k)) return 0;
 	if (PyObject_CheckBuffer(obj)) {
 		if (PyObject_GetBuffer(obj, &k->buf, PyBUF_RECORDS_RO) == 0) {
 			uint8_t code, bits;
