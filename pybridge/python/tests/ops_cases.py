@@ -106,6 +106,35 @@ def test_numpy_arrays_reach_go_as_they_are(x):
     assert ptr == x.__array_interface__["data"][0]
 
 
+def test_numpy_views_of_any_layout_reach_go_as_they_are():
+    """Hypothesis draws arrays of up to four dimensions, sliced with
+    steps of either sign and transposed: Go reads the layout NumPy has and
+    sums the same elements."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=150, derandomize=True, deadline=None, database=None)
+    @hypothesis.given(st.data())
+    def check(data):
+        dt = data.draw(st.sampled_from(["f4", "f8"]))
+        shape = data.draw(st.lists(st.integers(0, 5), min_size=0, max_size=4))
+        base = np.arange(int(np.prod(shape)), dtype=dt).reshape(shape) * 0.5 - 3
+        steps = [data.draw(st.sampled_from([1, 2, -1, -2])) for _ in shape]
+        x = base[tuple(slice(None, None, k) for k in steps) + (Ellipsis,)]  # a view, 0-d too
+        x = x.transpose(data.draw(st.permutations(range(x.ndim))))
+        got, ptr = ops.pytest.layout(x)
+        dtype, rest = got.split(" ", 1)
+        gshape, gstrides, ro = rest.replace("[", "").split("] ")
+        assert (dtype, gshape.split(), ro) == (f"float{x.itemsize * 8}", [str(e) for e in x.shape], "false")
+        if x.size:  # strides of extent-1 dimensions and of empty arrays say nothing
+            assert ptr == x.__array_interface__["data"][0]
+            for e, g, w in zip(x.shape, gstrides.split(), x.strides):
+                assert e == 1 or int(g) == w // x.itemsize, (got, x.strides)
+        assert ops.pytest.sum(x) == pytest.approx(float(x.sum(dtype=np.float64)))
+
+    check()
+
+
 def test_numpy_arrays_the_direct_read_does_not_take():
     # Another byte order, a dtype dlbridge lacks, more dimensions than the
     # inline room, subclasses and strides that are not whole items go the
