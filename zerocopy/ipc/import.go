@@ -20,17 +20,32 @@ type importer struct {
 	mu      sync.Mutex
 	pools   map[[16]byte]*impPool
 	ready   map[cuda.IPCEventHandle]*cuda.Event
-	done    []doneEv
+	done    []ipcEvent
 	nopen   int // imported views not yet closed
 	gone    bool
 	devices map[cuda.UUID]*impDevice
 }
 
-// doneEv is one of this process's "done" events with its handle (got
-// once: it does not change when the event is recorded again).
-type doneEv struct {
+// ipcEvent is an interprocess event with its handle, got once: the handle
+// does not change when the event is recorded again, and each use saves the
+// driver call. A pool's "ready" events and an importer's "done" events.
+type ipcEvent struct {
 	e *cuda.Event
 	h cuda.IPCEventHandle
+}
+
+// newIPCEvent makes an interprocess event of ctx and gets its handle.
+func newIPCEvent(ctx *cuda.Context) (ipcEvent, error) {
+	e, err := ctx.NewEvent(cuda.EventInterprocess)
+	if err != nil {
+		return ipcEvent{}, err
+	}
+	h, err := e.IPCHandle()
+	if err != nil {
+		e.Destroy()
+		return ipcEvent{}, err
+	}
+	return ipcEvent{e, h}, nil
 }
 
 type impDevice struct {
@@ -182,7 +197,7 @@ func (im *importer) unref(p *impPool, data cuda.PoolExportData, a *impAlloc) {
 // whose last record completed, or a new one. The list is kept oldest
 // record first, so the first of dev's that completed is taken, and the
 // ones behind it, recorded later, are not asked. Called with im.mu held.
-func (im *importer) doneEvent(d *impDevice) (doneEv, error) {
+func (im *importer) doneEvent(d *impDevice) (ipcEvent, error) {
 	for i, de := range im.done {
 		if de.e.Context() != d.ctx {
 			continue
@@ -194,16 +209,10 @@ func (im *importer) doneEvent(d *impDevice) (doneEv, error) {
 		}
 		break // recorded after this one on the same stream: not done either
 	}
-	e, err := d.ctx.NewEvent(cuda.EventInterprocess)
+	de, err := newIPCEvent(d.ctx)
 	if err != nil {
-		return doneEv{}, err
+		return ipcEvent{}, err
 	}
-	h, err := e.IPCHandle()
-	if err != nil {
-		e.Destroy()
-		return doneEv{}, err
-	}
-	de := doneEv{e, h}
 	im.done = append(im.done, de)
 	return de, nil
 }

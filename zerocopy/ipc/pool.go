@@ -42,16 +42,12 @@ type Pool struct {
 
 	mu     sync.Mutex
 	blocks []*block      // live allocations, sorted by address
-	ready  []*cuda.Event // idle ready events (no lease holds them)
+	ready  []ipcEvent    // idle ready events (no lease holds them)
 	events []*cuda.Event // every ready event made, for Close
-	// handles of the ready events, got once per event: a handle does not
-	// change when the event is recorded again, and each send saves the
-	// driver call.
-	handles map[*cuda.Event]cuda.IPCEventHandle
-	fd      int   // the exported descriptor (-1 once closed)
-	limit   int64 // bytes the pool may hand out
-	inUse   int64 // bytes of live allocations
-	closed  bool
+	fd     int           // the exported descriptor (-1 once closed)
+	limit  int64         // bytes the pool may hand out
+	inUse  int64         // bytes of live allocations
+	closed bool
 }
 
 // block is one allocation of the pool. Its owner counts the producer's
@@ -277,44 +273,34 @@ func (p *Pool) exportFD() (int, error) {
 	return p.fd, nil
 }
 
-// readyEvent returns an interprocess event to record for one lease, and
-// its handle: an idle one or a new one. An event goes back (putReady) only when its lease
+// readyEvent returns an interprocess event to record for one lease: an
+// idle one or a new one. An event goes back (putReady) only when its lease
 // ended: the peer queued its wait for the record when it received the
 // descriptor, before it gave the lease back. Recording the event again any
 // earlier could make the peer wait for the new record instead, which may
 // stand behind a wait for the peer's own "done" event on our stream: a
 // cycle on the GPU.
-func (p *Pool) readyEvent() (*cuda.Event, cuda.IPCEventHandle, error) {
+func (p *Pool) readyEvent() (ipcEvent, error) {
 	p.mu.Lock()
 	if n := len(p.ready); n > 0 {
 		e := p.ready[n-1]
 		p.ready = p.ready[:n-1]
-		h := p.handles[e]
 		p.mu.Unlock()
-		return e, h, nil
+		return e, nil
 	}
 	p.mu.Unlock()
-	e, err := p.ctx.NewEvent(cuda.EventInterprocess)
+	e, err := newIPCEvent(p.ctx)
 	if err != nil {
-		return nil, cuda.IPCEventHandle{}, err
-	}
-	h, err := e.IPCHandle()
-	if err != nil {
-		e.Destroy()
-		return nil, cuda.IPCEventHandle{}, err
+		return ipcEvent{}, err
 	}
 	p.mu.Lock()
-	p.events = append(p.events, e)
-	if p.handles == nil {
-		p.handles = map[*cuda.Event]cuda.IPCEventHandle{}
-	}
-	p.handles[e] = h
+	p.events = append(p.events, e.e)
 	p.mu.Unlock()
-	return e, h, nil
+	return e, nil
 }
 
 // putReady returns a ready event whose lease ended.
-func (p *Pool) putReady(e *cuda.Event) {
+func (p *Pool) putReady(e ipcEvent) {
 	p.mu.Lock()
 	if !p.closed {
 		p.ready = append(p.ready, e)
@@ -347,9 +333,9 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 	if err := b.owner.Retain(); err != nil {
 		return nil, nil, fmt.Errorf("ipc: export: %w", err)
 	}
-	var ev *cuda.Event
+	var ev ipcEvent
 	fail := func(err error) (*Descriptor, *lease, error) {
-		if ev != nil {
+		if ev.e != nil {
 			p.putReady(ev)
 		}
 		b.owner.Release()
@@ -366,18 +352,17 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 			s = p.ctx.WrapStream(h)
 		}
 	}
-	ev, h, err := p.readyEvent()
+	ev, err := p.readyEvent()
 	if err != nil {
-		ev = nil
 		return fail(fmt.Errorf("ipc: export: %w", err))
 	}
-	if err := ev.Record(s); err != nil {
+	if err := ev.e.Record(s); err != nil {
 		return fail(fmt.Errorf("ipc: export: recording the ready event: %w", err))
 	}
 	d := &Descriptor{
 		Pool: p.id, Device: p.uuid, Data: data, Size: b.size,
 		Offset: int64(base - uintptr(b.ptr)), DType: v.DType(), Shape: v.Shape(), Strides: v.Strides(),
-		ReadOnly: v.ReadOnly(), Ready: h,
+		ReadOnly: v.ReadOnly(), Ready: ev.h,
 	}
 	return d, &lease{b: b, ready: ev}, nil
 }
@@ -386,7 +371,7 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 // the allocation and the ready event recorded for it.
 type lease struct {
 	b     *block
-	ready *cuda.Event
+	ready ipcEvent
 }
 
 // end drops the lease (after the allocation's stream was ordered after
@@ -435,7 +420,7 @@ func (p *Pool) Close() error {
 	fd := p.fd
 	p.fd = -1
 	evs := p.events
-	p.ready, p.events, p.handles = nil, nil, nil
+	p.ready, p.events = nil, nil
 	p.mu.Unlock()
 	if fd >= 0 {
 		closeFD(fd)
