@@ -162,7 +162,6 @@ type lentArg struct {
 // slot costs no locked instruction, and allocating the lent views per call
 // cost more than the rest of the argument (bench/results/gofunc-2core).
 type callScratch struct {
-	args    pyfunc.Args
 	tensors [pyfunc.MaxParams]*zerocopy.View
 	values  [pyfunc.MaxParams]pyfunc.Value
 	side    [pyfunc.MaxParams]callArg
@@ -177,7 +176,6 @@ func (sc *callScratch) done(n int) {
 	clear(sc.tensors[:n])
 	clear(sc.values[:n])
 	clear(sc.side[:n])
-	sc.args = pyfunc.Args{}
 	scratches.Put(sc)
 }
 
@@ -217,8 +215,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	// Sound: the caller's array of nargs arguments, valid for this call.
 	cargs := unsafe.Slice(args, n)
 	sc := scratches.Get().(*callScratch)
-	a := &sc.args
-	*a = pyfunc.Args{Tensors: sc.tensors[:n], Values: sc.values[:n], Stream: uintptr(stream),
+	a := pyfunc.Args{Tensors: sc.tensors[:n], Values: sc.values[:n], Stream: uintptr(stream),
 		StreamDevice: int(streamDev), DefaultStream: defaultStream}
 	side := sc.side[:n]
 	defer sc.release(cargs)
@@ -250,7 +247,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 			return pybridge.Errorf(pybridge.TypeError, "%s: argument %s: want %s, got a tensor", f.Name, p.Name, p.GoType)
 		}
 	}
-	out, err := f.Call(a, 0)
+	out, err := f.Call(&a, 0)
 	if err != nil {
 		return err
 	}

@@ -433,11 +433,11 @@ func (f *Func) dimIndex(name string) int {
 func (f *Func) want(p *Param, binds []dimBinding) string {
 	s := p.Tensor.String()
 	var bound []string
-	for _, d := range p.Tensor.Shape {
+	for j, d := range p.Tensor.Shape {
 		if d.Name == "" {
 			continue
 		}
-		if b := binds[f.dimIndex(d.Name)]; b.set && b.from != p.Name && !contains(bound, d.Name) {
+		if b := binds[p.dimAt[j]]; b.set && b.from != p.Name && !contains(bound, d.Name) {
 			bound = append(bound, fmt.Sprintf("%s=%d from %s", d.Name, b.size, b.from))
 		}
 	}
