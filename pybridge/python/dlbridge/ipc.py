@@ -250,7 +250,7 @@ class Serving(Listener):
     def _accept_loop(self):
         while True:
             try:
-                c = Connection(_handle(_accept, self._live()))
+                c = Listener.accept(self)  # this class's accept refuses callers
             except (RuntimeError, ValueError):  # closed
                 return
             with self._lock:
