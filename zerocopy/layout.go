@@ -3,6 +3,7 @@ package zerocopy
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/dlbridge/dlbridge/dlpack"
@@ -52,7 +53,9 @@ func newLayout(dt dlpack.DataType, shape, strides []int64, padded bool) (Layout,
 
 // set makes l the layout newLayout validates, in place: a Layout is 128
 // bytes, and a view made per call argument should not copy one around.
-// Only the span check that needs strides runs after the copy.
+// The checks that need the layout's own copy of shape and strides run
+// after the copy, in one pass (spanFits); only a layout that pass does not
+// clear takes dlpack's checks, which name what is wrong.
 func (l *Layout) set(dt dlpack.DataType, shape, strides []int64, padded bool) error {
 	if len(shape) > dlpack.MaxNDim {
 		return fmt.Errorf("zerocopy: ndim %d out of range (0..%d)", len(shape), dlpack.MaxNDim)
@@ -63,22 +66,77 @@ func (l *Layout) set(dt dlpack.DataType, shape, strides []int64, padded bool) er
 	if err := dt.Validate(); err != nil {
 		return fmt.Errorf("zerocopy: %w", err)
 	}
+	l.setTrusted(dt, shape, strides, padded)
+	if l.spanFits() {
+		return nil
+	}
+	shape, strides = l.dims()
 	for _, e := range shape {
 		if e < 0 {
 			_, err := dlpack.NumElements(shape) // names the extent
 			return fmt.Errorf("zerocopy: %w", err)
 		}
 	}
-	if len(shape) > 1 {
-		if _, err := dlpack.NumElements(shape); err != nil {
-			return fmt.Errorf("zerocopy: %w", err)
-		}
+	if _, err := dlpack.NumElements(shape); err != nil {
+		return fmt.Errorf("zerocopy: %w", err)
 	}
-	l.setTrusted(dt, shape, strides, padded)
-	if _, _, err := dlpack.ByteSpan(dt, l.shape(), l.strides(), padded); err != nil {
+	if _, _, err := dlpack.ByteSpan(dt, shape, strides, padded); err != nil {
 		return fmt.Errorf("zerocopy: %w", err)
 	}
 	return nil
+}
+
+// spanFits is true when l's extents are not negative and its element count
+// and byte span fit in int64, checked in one pass without divisions. False
+// means "ask dlpack": it is also false for packed sub-byte types and for
+// spans within a few units of the int64 limits.
+func (l *Layout) spanFits() bool {
+	if l.dtype.IsSubByte() && !l.padded {
+		return false
+	}
+	shape, st := l.dims()
+	n, lo, hi := uint64(1), uint64(0), uint64(0) // count; span below and above element 0
+	empty := false
+	for d, e := range shape {
+		if e < 0 {
+			return false
+		}
+		over, p := bits.Mul64(n, uint64(e))
+		if over != 0 || p > math.MaxInt64 {
+			return false
+		}
+		n = p
+		if e == 0 {
+			empty = true
+		}
+		if empty {
+			continue
+		}
+		s := st[d]
+		m := uint64(s)
+		if s < 0 {
+			m = -m
+		}
+		over, r := bits.Mul64(uint64(e-1), m)
+		if over != 0 || r > math.MaxInt64/2 {
+			return false
+		}
+		if s < 0 {
+			lo += r
+		} else {
+			hi += r
+		}
+		if lo > math.MaxInt64/2 || hi > math.MaxInt64/2 {
+			return false
+		}
+	}
+	if empty {
+		return true
+	}
+	is := uint64(l.dtype.ItemSize())
+	over1, b1 := bits.Mul64(lo, is)
+	over2, b2 := bits.Mul64(hi+1, is)
+	return over1 == 0 && over2 == 0 && b1 <= math.MaxInt64 && b2 <= math.MaxInt64
 }
 
 // trustedLayout is the layout of shape and strides (nil: C-contiguous) that

@@ -215,3 +215,37 @@ func TestLayoutByteSpan(t *testing.T) {
 		}
 	}
 }
+
+// NewLayout accepts exactly the layouts whose extents are not negative and
+// whose element count and byte span dlpack finds in int64 range, and
+// reports dlpack's span: its one-pass check agrees with dlpack's at the
+// limits too.
+func FuzzNewLayoutAgreesWithDLPack(f *testing.F) {
+	f.Add(uint8(2), int64(3), int64(4), int64(1), int64(-2), uint8(4))
+	f.Add(uint8(2), int64(2), int64(2), int64(1)<<62, int64(1), uint8(4))
+	f.Add(uint8(1), int64(2), int64(0), int64(-1)<<63, int64(0), uint8(1))
+	f.Add(uint8(2), int64(1)<<32, int64(1)<<31, int64(0), int64(1), uint8(8))
+	f.Add(uint8(2), int64(3), int64(-1), int64(1), int64(1), uint8(2))
+	f.Add(uint8(2), int64(0), int64(1)<<62, int64(5), int64(1)<<62, uint8(8))
+	f.Fuzz(func(t *testing.T, nd uint8, e0, e1, s0, s1 int64, item uint8) {
+		shape := []int64{e0, e1}[:nd%3]
+		strides := []int64{s0, s1}[:nd%3]
+		dt := dlpack.DataType{Code: dlpack.UInt, Bits: 8 << (item % 4), Lanes: 1}
+		l, err := zerocopy.NewLayout(dt, shape, strides)
+		_, nerr := dlpack.NumElements(shape)
+		lo, hi, serr := dlpack.ByteSpan(dt, shape, strides, false)
+		neg := false
+		for _, e := range shape {
+			neg = neg || e < 0
+		}
+		wantOK := !neg && nerr == nil && serr == nil
+		if (err == nil) != wantOK {
+			t.Fatalf("NewLayout(%v, %v, %v) = %v; dlpack: count %v, span %v", dt, shape, strides, err, nerr, serr)
+		}
+		if err == nil {
+			if glo, ghi := l.ByteSpan(); glo != lo || ghi != hi {
+				t.Fatalf("ByteSpan of %v = [%d, %d), dlpack's [%d, %d)", &l, glo, ghi, lo, hi)
+			}
+		}
+	})
+}

@@ -166,6 +166,11 @@ type callScratch struct {
 	values  [pyfunc.MaxParams]pyfunc.Value
 	side    [pyfunc.MaxParams]callArg
 	lent    [pyfunc.MaxParams]*lentArg // nil where a body kept the last one
+	// The outcome's slices and the result views handed to C.
+	outTensors [pyfunc.MaxParams]*zerocopy.View
+	outValues  [pyfunc.MaxParams]pyfunc.Value
+	owned      [pyfunc.MaxParams]*zerocopy.View
+	nres       int // results of the call, for done
 }
 
 var scratches = sync.Pool{New: func() any { return new(callScratch) }}
@@ -176,6 +181,9 @@ func (sc *callScratch) done(n int) {
 	clear(sc.tensors[:n])
 	clear(sc.values[:n])
 	clear(sc.side[:n])
+	clear(sc.outTensors[:sc.nres])
+	clear(sc.outValues[:sc.nres])
+	clear(sc.owned[:sc.nres])
 	scratches.Put(sc)
 }
 
@@ -215,8 +223,10 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	// Sound: the caller's array of nargs arguments, valid for this call.
 	cargs := unsafe.Slice(args, n)
 	sc := scratches.Get().(*callScratch)
+	sc.nres = len(f.Results)
 	a := pyfunc.Args{Tensors: sc.tensors[:n], Values: sc.values[:n], Stream: uintptr(stream),
-		StreamDevice: int(streamDev), DefaultStream: defaultStream}
+		StreamDevice: int(streamDev), DefaultStream: defaultStream,
+		OutTensors: sc.outTensors[:], OutValues: sc.outValues[:]}
 	side := sc.side[:n]
 	defer sc.release(cargs)
 	for i := range cargs {
@@ -262,7 +272,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 			}
 		}
 	}
-	return publishResults(f, &out, side, res, infos)
+	return publishResults(f, &out, side, sc.owned[:len(f.Results)], res, infos)
 }
 
 // tensorArg makes the view of a tensor argument; *lent is the allocation
@@ -338,8 +348,8 @@ func (sc *callScratch) release(cargs []C.dlb_arg) {
 }
 
 // publishResults hands the results to C: each tensor result under a handle
-// of its own, scalars by value.
-func publishResults(f *pyfunc.Func, out *pyfunc.Outcome, side []callArg, res *C.dlb_result, infos *C.dlb_info) error {
+// of its own, scalars by value. owned is room for the result views.
+func publishResults(f *pyfunc.Func, out *pyfunc.Outcome, side []callArg, owned []*zerocopy.View, res *C.dlb_result, infos *C.dlb_info) error {
 	n := len(f.Results)
 	if n == 0 {
 		return nil
@@ -347,7 +357,6 @@ func publishResults(f *pyfunc.Func, out *pyfunc.Outcome, side []callArg, res *C.
 	// Sound: the caller's arrays of n results and n infos.
 	cres := unsafe.Slice(res, n)
 	cinfo := unsafe.Slice(infos, n)
-	owned := make([]*zerocopy.View, n)
 	for i, v := range out.Tensors {
 		if f.Results[i].Kind != pyfunc.TensorKind {
 			continue

@@ -165,6 +165,11 @@ type Args struct {
 	// DefaultStream, when not nil, gives the stream of a call on CUDA
 	// device dev for which the caller named none.
 	DefaultStream func(dev int) (uintptr, error)
+	// OutTensors and OutValues, when they have room for f.Results, hold
+	// the Outcome's slices, so that a caller calling in a loop reuses them;
+	// nil: Call allocates them.
+	OutTensors []*zerocopy.View
+	OutValues  []Value
 }
 
 // Outcome is what a call gives back: Tensors[i] for a tensor result,
@@ -292,7 +297,7 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 			}
 		}
 	}
-	return f.collect(fr, s, a.Stream)
+	return f.collect(fr, s, a)
 }
 
 // reset clears what f's call left in fr (no pointer outlives the call in
@@ -464,14 +469,20 @@ func panicSite() string {
 }
 
 // collect turns the body's results in fr into an Outcome.
-func (f *Func) collect(fr *Frame, s *cuda.Stream, stream uintptr) (Outcome, error) {
+func (f *Func) collect(fr *Frame, s *cuda.Stream, a *Args) (Outcome, error) {
+	stream := a.Stream
 	out := Outcome{Stream: stream}
 	n := len(f.Results)
 	if n == 0 {
 		return out, nil
 	}
-	out.Tensors = make([]*zerocopy.View, n)
-	out.Values = make([]Value, n)
+	if len(a.OutTensors) >= n && len(a.OutValues) >= n {
+		out.Tensors, out.Values = a.OutTensors[:n:n], a.OutValues[:n:n]
+		clear(out.Tensors)
+		clear(out.Values)
+	} else {
+		out.Tensors, out.Values = make([]*zerocopy.View, n), make([]Value, n)
+	}
 	for i, r := range f.Results {
 		switch r.Kind {
 		case TensorKind:

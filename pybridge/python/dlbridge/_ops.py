@@ -406,39 +406,44 @@ def _set_helpers():
 
 
 class Namespace:
-    """dlbridge.ops.<ns>: the functions registered under one namespace."""
+    """dlbridge.ops.<ns>: the functions registered under one namespace.
+
+    Functions and sub-namespaces are plain instance attributes, so that
+    `dlbridge.ops.ns.f(...)` written inline costs two dictionary reads, not
+    two calls of __getattr__ (which took longer than a whole call of a Go
+    function: bench/results/gofunc-2core). __getattr__ only explains a name
+    that is missing."""
 
     def __init__(self, name):
-        self._name = name
-        self._funcs = {}
-        self._subs = {}
+        self.__name = name
+
+    def _add(self, attr, value):
+        self.__dict__[attr] = value
+
+    def _names(self):
+        return sorted(k for k in self.__dict__ if not k.startswith("_Namespace__"))
 
     def __getattr__(self, attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        f = self._funcs.get(attr)
-        if f is not None:
-            return f
-        s = self._subs.get(attr)
-        if s is not None:
-            return s
         raise AttributeError("dlbridge.ops.%s has no function %r (it has: %s)"
-                             % (self._name, attr, ", ".join(sorted(self._funcs) + sorted(self._subs)) or "none"))
+                             % (self.__name, attr, ", ".join(self._names()) or "none"))
 
     def __dir__(self):
-        return sorted(self._funcs) + sorted(self._subs)
+        return self._names()
 
     def __repr__(self):
-        return "<dlbridge.ops namespace %r>" % self._name
+        return "<dlbridge.ops namespace %r>" % self.__name
 
 
 class _Ops:
     """dlbridge.ops: namespaces of the Go functions the loaded library
     registered. Reading it loads the library (DLBRIDGE_LIB, or the one
-    load_library chose, or dlbridge's own)."""
+    load_library chose, or dlbridge's own). Namespaces become plain
+    attributes once read (see Namespace)."""
 
     def __init__(self):
-        self._spaces = None
+        self.__spaces = None
 
     def _refresh(self):
         _lib.load()
@@ -450,28 +455,33 @@ class _Ops:
             if ns is None:
                 ns = spaces[parts[0]] = Namespace(parts[0])
             for depth, part in enumerate(parts[1:-1], 1):
-                sub = ns._subs.get(part)
+                sub = ns.__dict__.get(part)
                 if sub is None:
-                    sub = ns._subs[part] = Namespace(".".join(parts[:depth + 1]))
+                    sub = Namespace(".".join(parts[:depth + 1]))
+                    ns._add(part, sub)
                 ns = sub
-            ns._funcs[parts[-1]] = _make(d)
-        self._spaces = spaces
+            ns._add(parts[-1], _make(d))
+        for name in list(self.__dict__):
+            if not name.startswith("_Ops__"):
+                del self.__dict__[name]
+        self.__dict__.update(spaces)
+        self.__spaces = spaces
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        if self._spaces is None:
+        if self.__spaces is None:
             self._refresh()
-        ns = self._spaces.get(name)
+        ns = self.__spaces.get(name)
         if ns is None:
             raise AttributeError("dlbridge.ops has no namespace %r: the library %s registers %s"
-                                 % (name, _lib.path, ", ".join(sorted(self._spaces)) or "no functions"))
+                                 % (name, _lib.path, ", ".join(sorted(self.__spaces)) or "no functions"))
         return ns
 
     def __dir__(self):
-        if self._spaces is None:
+        if self.__spaces is None:
             self._refresh()
-        return sorted(self._spaces)
+        return sorted(self.__spaces)
 
     def __repr__(self):
         return "<dlbridge.ops>"

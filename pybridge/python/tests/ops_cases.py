@@ -389,6 +389,19 @@ def test_load_library_of_the_library_in_use_is_a_no_op_and_another_is_refused(tm
         ops.gofunc.nope
 
 
+def test_namespaces_and_functions_are_plain_attributes():
+    # dlbridge.ops.ns.f written inline reads two instance dictionaries, no
+    # __getattr__ call (which cost more than a whole call of a Go function),
+    # and reloading the library in use keeps the same objects reachable.
+    ops.gofunc  # noqa: B018 (loads the library)
+    assert vars(ops)["gofunc"] is ops.gofunc
+    assert vars(ops.gofunc)["scale"] is ops.gofunc.scale
+    assert "scale" in dir(ops.gofunc) and "gofunc" in dir(ops) and "pytest" in dir(ops)
+    assert not any(n.startswith("_") for n in dir(ops.gofunc))
+    dlbridge.load_library(os.environ["DLBRIDGE_LIB"])
+    assert vars(ops)["gofunc"] is ops.gofunc and callable(ops.gofunc.scale)
+
+
 # ---- CUDA: the fake driver in CI, the real one on a GPU machine ----
 
 def _f32(values):
