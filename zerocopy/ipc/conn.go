@@ -70,8 +70,8 @@ type Conn struct {
 
 	mu        sync.Mutex
 	sentPools map[[16]byte]bool
-	mapPools  map[*Pool]struct{} // pools of which the peer was sent tensors
-	leases    map[uint64]*lease // exported to the peer, not yet given back
+	mapPools  map[*Pool]struct{}  // pools of which the peer was sent tensors
+	leases    map[uint64]*lease   // exported to the peer, not yet given back
 	unmaps    map[unmapKey]*block // retires sent to the peer, not yet answered
 	nextLease uint64
 	doneOpen  map[cuda.IPCEventHandle]*cuda.Event // the peer's done events, opened here

@@ -49,15 +49,15 @@ type Pool struct {
 	stream *cuda.Stream // allocations given no stream, and their frees
 
 	mu       sync.Mutex
-	freed    *sync.Cond           // on mu: a retired block was freed
-	blocks   []*block             // allocations in use, sorted by address
-	cache    []*block             // idle allocations peers keep mapped, oldest first
-	retiring map[*block]struct{}  // idle allocations retired, waiting for their peers
-	ready    []ipcEvent           // idle ready events (no lease holds them)
-	events   []*cuda.Event        // every ready event made, for Close
-	fd       int                  // the exported descriptor (-1 once closed)
-	limit    int64                // bytes the pool may hand out
-	inUse    int64                // bytes of allocations not freed (cached ones too)
+	freed    *sync.Cond          // on mu: a retired block was freed
+	blocks   []*block            // allocations in use, sorted by address
+	cache    []*block            // idle allocations peers keep mapped, oldest first
+	retiring map[*block]struct{} // idle allocations retired, waiting for their peers
+	ready    []ipcEvent          // idle ready events (no lease holds them)
+	events   []*cuda.Event       // every ready event made, for Close
+	fd       int                 // the exported descriptor (-1 once closed)
+	limit    int64               // bytes the pool may hand out
+	inUse    int64               // bytes of allocations not freed (cached ones too)
 	closed   bool
 }
 
