@@ -647,14 +647,16 @@ func TestRecycle(t *testing.T) {
 			if err := pool.Trim(); err != nil {
 				t.Fatal(err)
 			}
-			if got := askMapped(t, cmd, lines); got != "0" {
-				t.Errorf("after Trim the consumer keeps %s mappings, want 0", got)
-			}
+			// Trim returned once the consumer answered and the blocks were
+			// freed (in stream order on s).
 			if err := s.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
 			if c, _ := pool.Cached(); c != 0 || pool.Live() != 0 || usedBytes(t, pool) != base {
 				t.Errorf("after Trim: %d cached, %d live, %d bytes used (baseline %d)", c, pool.Live(), usedBytes(t, pool), base)
+			}
+			if got := askMapped(t, cmd, lines); got != "0" {
+				t.Errorf("after Trim the consumer keeps %s mappings, want 0", got)
 			}
 			stdins[cmd].Close()
 			if err := cmd.Wait(); err != nil {
