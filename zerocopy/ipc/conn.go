@@ -614,12 +614,6 @@ func (c *Conn) end(err error) {
 		err = fmt.Errorf("ipc: %w", ErrClosed)
 	}
 	c.err = err
-	for id, l := range c.leases {
-		delete(c.leases, id)
-		l.end()
-	}
-	opened := c.doneOpen
-	c.doneOpen = map[cuda.IPCEventHandle]*cuda.Event{}
 	c.unmaps = map[unmapKey]*block{}
 	var pools []*Pool
 	for p := range c.mapPools {
@@ -628,10 +622,19 @@ func (c *Conn) end(err error) {
 	c.mu.Unlock()
 	// The peer maps nothing of ours any more (it closed or died): cached
 	// allocations no other peer maps are freed now, retires wait for it no
-	// longer.
+	// longer. Before the leases end, so that an allocation whose last
+	// reference was a lease is freed by it, not cached for this peer.
 	for _, p := range pools {
 		p.dropPeer(c)
 	}
+	c.mu.Lock()
+	for id, l := range c.leases {
+		delete(c.leases, id)
+		l.end()
+	}
+	opened := c.doneOpen
+	c.doneOpen = map[cuda.IPCEventHandle]*cuda.Event{}
+	c.mu.Unlock()
 	for _, e := range opened {
 		e.Destroy()
 	}

@@ -721,6 +721,7 @@ func TestRecycleLimit(t *testing.T) {
 	if got := expectLine(t, lines, "imports"); got != "3 1" {
 		t.Errorf("the consumer's imports and mappings: %s, want 3 1 (the two retired)", got)
 	}
+	waitFor(t, "the lease back", func() bool { return peer.Leases() == 0 })
 	if c, _ := pool.Cached(); c != 1 {
 		t.Errorf("%d cached, want 1", c)
 	}

@@ -495,7 +495,9 @@ func (p *Pool) idle(b *block) {
 	if p.closed || b.retired {
 		free, ret := p.retireLocked(b, nil, nil)
 		p.mu.Unlock()
-		p.finishRetire(free, ret)
+		// Not here: the last reference may go under a Conn's lock (a
+		// lease ending), and the retire messages take Conn locks.
+		go p.finishRetire(free, ret)
 		return
 	}
 	if b.idleEv == nil {
@@ -517,7 +519,7 @@ func (p *Pool) idle(b *block) {
 		// ordered: retire the block instead.
 		free, ret := p.retireLocked(b, nil, nil)
 		p.mu.Unlock()
-		p.finishRetire(free, ret)
+		go p.finishRetire(free, ret)
 		return
 	}
 	p.cache = append(p.cache, b)
