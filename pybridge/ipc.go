@@ -104,6 +104,36 @@ func IPCPoolUsage(h Handle) (reserved, used uint64, live int, err error) {
 	return reserved, used, p.Live(), ipcErr(err)
 }
 
+// IPCPoolTrim frees the pool's cached allocations (their peers unmap them
+// first) and returns once they are freed.
+func IPCPoolTrim(h Handle) error {
+	p, err := ipcGet[*ipc.Pool](h, "pool")
+	if err != nil {
+		return err
+	}
+	return ipcErr(p.Trim())
+}
+
+// IPCPoolCached reports the pool's cached allocations and their bytes.
+func IPCPoolCached(h Handle) (n int, bytes int64, err error) {
+	p, err := ipcGet[*ipc.Pool](h, "pool")
+	if err != nil {
+		return 0, 0, err
+	}
+	n, bytes = p.Cached()
+	return n, bytes, nil
+}
+
+// IPCMapped reports the allocations of the peer a connection keeps mapped
+// and the mappings it made so far.
+func IPCMapped(h Handle) (mapped, imports int, err error) {
+	c, err := ipcGet[*ipc.Conn](h, "connection")
+	if err != nil {
+		return 0, 0, err
+	}
+	return c.Mapped(), c.Imports(), nil
+}
+
 // IPCListen listens on a Unix socket path.
 func IPCListen(path string) (Handle, error) {
 	l, err := ipc.Listen(path)

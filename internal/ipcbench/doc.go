@@ -3,7 +3,7 @@
 // in one run, for the GPU figures of docs/ipc.md. It runs itself a second
 // time as the producer.
 //
-//	ipcbench [-rounds 30] [-sizes 1M,64M,1G,4G]
+//	ipcbench [-rounds 30] [-sizes 1M,64M,1G,4G] [-fill device|host]
 //
 // Both sides start from the same state: the producer's pool already
 // imported by the consumer and its ready event already opened (the first
@@ -12,7 +12,7 @@
 // synchronized on both sides). Per size it prints the medians, in
 // nanoseconds:
 //
-//	size  dlbridge  import  driver  ratio
+//	size  dlbridge  send  import  driver  ratio  recycled  rratio
 //
 // dlbridge: from just before the producer's Conn.Send (the pointer's
 // export, the ready event's record, the descriptor on the socket) to the
@@ -23,5 +23,9 @@
 // cuMemPoolImportPointer of a fresh pointer of the producer's raw pool
 // (imported once) plus cuStreamWaitEvent on an interprocess event opened
 // once, timed around the two calls; ratio: dlbridge / driver. The rounds
-// of the two ways alternate.
+// of the two ways alternate. recycled: the dlbridge hand-over timed the
+// same way in the steady state, a tensor of the same size sent again
+// after the consumer closed the previous one, so that the pool takes its
+// cached allocation again and the consumer's mapping is reused (no
+// import); rratio: recycled / driver.
 package main

@@ -66,9 +66,14 @@ func parseSizes(s string) ([]int64, error) {
 //	'R' size  the driver alone: allocate a fresh block of size bytes from
 //	          the raw pool, queue its write, record the event; answer the
 //	          pointer's export data (64 bytes).
-//	'F'       the consumer freed its import (and synchronized): free the
-//	          fresh allocation (after the lease came back), synchronize,
-//	          answer one byte.
+//	'F'       the consumer freed its import (and synchronized): close the
+//	          dlbridge round's view (once its lease came back) and trim
+//	          the pool (the consumer unmaps the allocation, it is freed),
+//	          free the raw round's block, synchronize, answer one byte.
+//	'K'       the consumer closed the dlbridge round's tensor: close the
+//	          view (once its lease came back) and keep the allocation
+//	          cached, the consumer keeping it mapped, so that the next 'D'
+//	          of the same size takes it again; answer one byte.
 //
 // At the start the producer sends the raw pool's fd (SCM_RIGHTS) and the
 // handle of the interprocess event it records for the driver-alone rounds.
@@ -76,6 +81,7 @@ const (
 	askDlbridge = 'D'
 	askRaw      = 'R'
 	askFree     = 'F'
+	askKeep     = 'K'
 )
 
 // producer serves the consumer's asks on dir/ctl and sends tensors over an
@@ -213,6 +219,17 @@ func producer(dir, maxArg, fill string) error {
 			if _, err := uc.Write(data[:]); err != nil {
 				return err
 			}
+		case askKeep:
+			if held != nil {
+				held.Close()
+				held = nil
+				for peer.Leases() > 0 {
+					time.Sleep(10 * time.Microsecond)
+				}
+			}
+			if _, err := uc.Write([]byte{1}); err != nil {
+				return err
+			}
 		case askFree:
 			if held != nil {
 				held.Close()
@@ -220,6 +237,9 @@ func producer(dir, maxArg, fill string) error {
 				for peer.Leases() > 0 {
 					time.Sleep(10 * time.Microsecond)
 				}
+			}
+			if err := pool.Trim(); err != nil {
+				return err
 			}
 			if rawPtr != 0 {
 				if err := s.MemFreeAsync(rawPtr); err != nil {
@@ -259,6 +279,12 @@ func median(d []time.Duration) time.Duration {
 // Both rounds alternate, each on a fresh allocation whose earlier import
 // was freed and synchronized on both sides, so both map the memory anew.
 // The first round of each size is not timed.
+//
+// Then, per size, the steady state: the dlbridge hand-over timed the same
+// way, of a tensor of the same size sent again after the consumer closed
+// the previous one (its lease back), so that the producer's pool takes the
+// cached allocation again and the consumer's mapping of it is reused (the
+// first of these rounds, which maps it, is not timed).
 func consumer() error {
 	rounds := flag.Int("rounds", 30, "timed rounds per size")
 	sizesArg := flag.String("sizes", "1M,64M,1G,4G", "tensor sizes (K, M, G suffixes)")
@@ -339,7 +365,7 @@ func consumer() error {
 	defer c.Close()
 	request := func(op byte, size int64) error {
 		b := []byte{op}
-		if op != askFree {
+		if op == askDlbridge || op == askRaw {
 			b = binary.LittleEndian.AppendUint64(b, uint64(size))
 		}
 		_, err := ctl.Write(b)
@@ -353,8 +379,8 @@ func consumer() error {
 		return err
 	}
 	var one [1]byte
-	fmt.Printf("# hand-over of a fresh allocation after first contact (producer fill: %s), medians in ns; ratio = dlbridge / driver\n", *fill)
-	fmt.Printf("%-12s %12s %12s %12s %12s %8s\n", "size", "dlbridge", "send", "import", "driver", "ratio")
+	fmt.Printf("# hand-over after first contact (producer fill: %s), medians in ns: dlbridge of a fresh allocation (send, import: its shares), driver alone, ratio = dlbridge / driver; recycled: dlbridge of the same size again (cached allocation, mapping kept), rratio = recycled / driver\n", *fill)
+	fmt.Printf("%-12s %12s %12s %12s %12s %8s %12s %8s\n", "size", "dlbridge", "send", "import", "driver", "ratio", "recycled", "rratio")
 	for _, size := range sizes {
 		var hand, send, imp, drv []time.Duration
 		for r := 0; r <= *rounds; r++ {
@@ -426,8 +452,45 @@ func consumer() error {
 				return err
 			}
 		}
-		h, sd, i, dr := median(hand), median(send), median(imp), median(drv)
-		fmt.Printf("%-12d %12d %12d %12d %12d %8.2f\n", size, h, sd, i, dr, float64(h)/float64(dr))
+		// The steady state: the same size again, the allocation cached by
+		// the producer and kept mapped here.
+		var rec []time.Duration
+		imports := 0
+		for r := 0; r <= *rounds; r++ {
+			if err := request(askDlbridge, size); err != nil {
+				return err
+			}
+			v, err := c.Recv()
+			t1 := time.Now().UnixNano()
+			if err != nil {
+				return err
+			}
+			var t0b [16]byte
+			if _, err := io.ReadFull(ctl, t0b[:]); err != nil {
+				return err
+			}
+			if r == 0 {
+				imports = c.Imports()
+			} else {
+				if c.Imports() != imports {
+					return fmt.Errorf("size %d: the recycled round %d mapped a new allocation", size, r)
+				}
+				rec = append(rec, time.Duration(t1-int64(binary.LittleEndian.Uint64(t0b[:8]))))
+			}
+			is := ctx.WrapStream(v.Stream())
+			v.Close()
+			if err := is.Synchronize(); err != nil {
+				return err
+			}
+			if err := ask(askKeep, 0, one[:]); err != nil {
+				return err
+			}
+		}
+		if err := ask(askFree, 0, one[:]); err != nil { // trimmed: the next size starts fresh
+			return err
+		}
+		h, sd, i, dr, rc := median(hand), median(send), median(imp), median(drv), median(rec)
+		fmt.Printf("%-12d %12d %12d %12d %12d %8.2f %12d %8.2f\n", size, h, sd, i, dr, float64(h)/float64(dr), rc, float64(rc)/float64(dr))
 	}
 	ctl.CloseWrite()
 	return cmd.Wait()

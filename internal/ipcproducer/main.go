@@ -93,6 +93,10 @@ func run() error {
 	for deadline := time.Now().Add(60 * time.Second); peer.Leases() > 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
+	// The allocations the consumer keeps mapped stay cached until retired.
+	if err := pool.Trim(); err != nil {
+		return err
+	}
 	if err := s.Synchronize(); err != nil {
 		return err
 	}

@@ -74,6 +74,35 @@ func dlb_ipc_pool_usage(pool C.uint64_t, out *C.int64_t) C.int32_t {
 	})
 }
 
+//export dlb_ipc_pool_trim
+func dlb_ipc_pool_trim(pool C.uint64_t) C.int32_t {
+	return fence(func() error { return pybridge.IPCPoolTrim(pybridge.Handle(pool)) })
+}
+
+//export dlb_ipc_pool_cached
+func dlb_ipc_pool_cached(pool C.uint64_t, out *C.int64_t) C.int32_t {
+	return fence(func() error {
+		n, b, err := pybridge.IPCPoolCached(pybridge.Handle(pool))
+		if err == nil {
+			o := (*[2]C.int64_t)(unsafe.Pointer(out)) // sound: the caller passes an array of 2
+			o[0], o[1] = C.int64_t(n), C.int64_t(b)
+		}
+		return err
+	})
+}
+
+//export dlb_ipc_mapped
+func dlb_ipc_mapped(conn C.uint64_t, out *C.int64_t) C.int32_t {
+	return fence(func() error {
+		m, i, err := pybridge.IPCMapped(pybridge.Handle(conn))
+		if err == nil {
+			o := (*[2]C.int64_t)(unsafe.Pointer(out)) // sound: the caller passes an array of 2
+			o[0], o[1] = C.int64_t(m), C.int64_t(i)
+		}
+		return err
+	})
+}
+
 func handleOut(out *C.uint64_t, f func() (pybridge.Handle, error)) C.int32_t {
 	return fence(func() error {
 		h, err := f()

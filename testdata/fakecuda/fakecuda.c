@@ -461,7 +461,18 @@ static void step(fstream *s) {
     s->head = o->next;
     if (!s->head) s->tail = NULL;
     s->npending--;
-    int r = o->ipc_done ? ipc_wait_op(s, o) : exec_op(o);
+    int r;
+    if (o->ipc_done) {
+        r = ipc_wait_op(s, o);
+    } else if (o->type == OP_WAIT) {
+        /* Running the awaited stream may drop the lock (a wait on another
+         * process there): the rest of s must not run meanwhile. */
+        s->busy = 1;
+        r = exec_op(o);
+        s->busy = 0;
+    } else {
+        r = exec_op(o);
+    }
     if (r && !s->err) s->err = r;
     free(o->buf);
     free(o);
@@ -2112,7 +2123,10 @@ EXPORT CUresult cuLaunchKernel(void *h, unsigned gx, unsigned gy, unsigned gz, u
  * that maps it), and until then an allocation of the same rounded size on
  * the stream the free is queued on takes the block over at once, its work
  * queued behind the free's. So a producer whose free does not wait for its
- * consumer's "done" event overwrites memory the consumer still reads.
+ * consumer's "done" event overwrites memory the consumer still reads. An
+ * allocation that finds no room runs its stream first (the frees queued
+ * there give their blocks back) and looks again, as the driver serves an
+ * allocation from memory freed earlier in its stream.
  */
 
 #define IPC_HDR 4096
@@ -2295,6 +2309,12 @@ EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t n, void *h, voi
     }
     size_t off;
     r = ipc_carve(p, n, &off);
+    if (r && s && s->head) {
+        /* Memory freed earlier on this stream serves it too, whatever the
+         * size: run the stream (its queued frees) and look again. */
+        drain(s);
+        r = ipc_carve(p, n, &off);
+    }
     if (r) RETURN(r);
     memset(p->base + off, 0xcd, n); /* like uninitialized device memory */
     alloc *a = add_alloc((uintptr_t)(p->base + off), n, K_DEVICE, c);
@@ -2471,7 +2491,8 @@ static int ipc_remote_sync(fevent *e) {
     return ipc_poll(&e->ipc[1], __atomic_load_n(&e->ipc[0], __ATOMIC_ACQUIRE), e->ipc_pid);
 }
 
-/* A stream whose head is a wait on another process runs nothing else
+/* A stream whose head is a wait on another process, or a wait for a
+ * record of another stream that runs such a wait, runs nothing else
  * meanwhile: other threads that step it wait until that wait is over. */
 static void ipc_wait_busy(fstream *s) {
     while (s->busy) {

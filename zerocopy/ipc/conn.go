@@ -32,13 +32,30 @@ import (
 //	msgClaim   token (8): asks a Server for the tensor it offered under
 //	           token; answered by a msgTensor with Tag = token, or
 //	msgRefuse  token (8), a message.
+//	msgRetire  pool id (16), export data (64): the sender is about to free
+//	           an allocation it sent before and that the importer holds no
+//	           lease on; the importer unmaps it (it keeps allocations
+//	           mapped after their last lease, for the next tensor of the
+//	           same allocation) and answers
+//	msgRetired pool id (16), export data (64), has-event (1), the "done"
+//	           event's handle (64): the importer's unmap is queued before
+//	           that event's record (has-event 0: nothing to wait for, as
+//	           for an allocation it did not map).
 const (
 	msgPool    = 1
 	msgTensor  = 2
 	msgRelease = 3
 	msgClaim   = 4
 	msgRefuse  = 5
+	msgRetire  = 6
+	msgRetired = 7
 )
+
+// unmapKey names an allocation on the wire: its pool and export data.
+type unmapKey struct {
+	pool [16]byte
+	data cuda.PoolExportData
+}
 
 const maxPacket = 1 << 16
 
@@ -53,7 +70,9 @@ type Conn struct {
 
 	mu        sync.Mutex
 	sentPools map[[16]byte]bool
-	leases    map[uint64]*lease // exported to the peer, not yet given back
+	mapPools  map[*Pool]struct{}  // pools of which the peer was sent tensors
+	leases    map[uint64]*lease   // exported to the peer, not yet given back
+	unmaps    map[unmapKey]*block // retires sent to the peer, not yet answered
 	nextLease uint64
 	doneOpen  map[cuda.IPCEventHandle]*cuda.Event // the peer's done events, opened here
 	err       error                               // why the connection ended
@@ -176,7 +195,9 @@ func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64)) *Conn {
 		uc:        uc,
 		dev:       -1,
 		sentPools: map[[16]byte]bool{},
+		mapPools:  map[*Pool]struct{}{},
 		leases:    map[uint64]*lease{},
+		unmaps:    map[unmapKey]*block{},
 		doneOpen:  map[cuda.IPCEventHandle]*cuda.Event{},
 		claims:    map[uint64]chan claimResult{},
 		exited:    make(chan struct{}),
@@ -231,6 +252,10 @@ func (c *Conn) send(p *Pool, v *zerocopy.View, s *cuda.Stream, tag uint64) error
 	c.leases[d.Lease] = l
 	needPool := !c.sentPools[p.id]
 	c.sentPools[p.id] = true
+	c.mapPools[p] = struct{}{}
+	// The peer keeps the allocation mapped from now on (until a retire,
+	// or the connection's end, which drops it from every block of p).
+	p.addMapper(l.u.b, c)
 	c.mu.Unlock()
 	fail := func(err error) error {
 		c.mu.Lock()
@@ -415,6 +440,27 @@ func (c *Conn) handle(m []byte, fds []int) error {
 			w <- claimResult{err: fmt.Errorf("ipc: the peer refused claim %d: %s", token, m[9:])}
 		}
 		return nil
+	case msgRetire:
+		if len(m) != 81 || len(fds) != 0 {
+			return fmt.Errorf("ipc: malformed retire message (%d bytes)", len(m))
+		}
+		var k unmapKey
+		copy(k.pool[:], m[1:17])
+		copy(k.data[:], m[17:81])
+		return c.imp.retire(k)
+	case msgRetired:
+		if len(m) != 146 || len(fds) != 0 {
+			return fmt.Errorf("ipc: malformed retired message (%d bytes)", len(m))
+		}
+		var k unmapKey
+		copy(k.pool[:], m[1:17])
+		copy(k.data[:], m[17:81])
+		var h *cuda.IPCEventHandle
+		if m[81] == 1 {
+			h = new(cuda.IPCEventHandle)
+			copy(h[:], m[82:146])
+		}
+		return c.retiredAnswer(k, h)
 	case msgRelease:
 		if len(m) != 74 || len(fds) != 0 {
 			return fmt.Errorf("ipc: malformed release message (%d bytes)", len(m))
@@ -449,31 +495,99 @@ func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
 		}
 		c.mu.Unlock()
 	}()
-	b := l.b
 	if h == nil {
 		return nil
 	}
+	return c.waitDone(l.u.b, *h)
+}
+
+// waitDone makes b's stream wait for the peer's done event h (opened once
+// per event), or, if it cannot, waits for the event (or the stream) on the
+// host: the free or reuse that follows must not come before the peer's
+// work.
+func (c *Conn) waitDone(b *block, h cuda.IPCEventHandle) error {
+	p := b.pool
+	p.mu.Lock()
+	s := b.stream
+	p.mu.Unlock()
 	c.mu.Lock()
-	ev := c.doneOpen[*h]
+	ev := c.doneOpen[h]
 	c.mu.Unlock()
 	if ev == nil {
 		var err error
-		if ev, err = b.pool.ctx.OpenIPCEvent(*h); err != nil {
+		if ev, err = p.ctx.OpenIPCEvent(h); err != nil {
 			// Without the event the free cannot be ordered after the
 			// peer's work: wait for that on the host rather than free
 			// early.
 			reportError(fmt.Errorf("ipc: opening the peer's done event: %w", err))
-			return b.stream.Synchronize()
+			return s.Synchronize()
 		}
 		c.mu.Lock()
-		c.doneOpen[*h] = ev
+		c.doneOpen[h] = ev
 		c.mu.Unlock()
 	}
-	if err := b.stream.WaitEvent(ev); err != nil {
+	if err := s.WaitEvent(ev); err != nil {
 		reportError(fmt.Errorf("ipc: ordering a free after the peer's done event: %w", err))
-		return b.stream.Synchronize()
+		if err := ev.Synchronize(); err != nil {
+			return s.Synchronize()
+		}
 	}
 	return nil
+}
+
+// sendRetire asks the peer to unmap b, an idle block of p (its answer
+// comes to retiredAnswer).
+func (c *Conn) sendRetire(p *Pool, b *block) error {
+	k := unmapKey{pool: p.id, data: b.data}
+	c.mu.Lock()
+	if c.err != nil || c.ended || c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.unmaps[k] = b
+	c.mu.Unlock()
+	msg := make([]byte, 81)
+	msg[0] = msgRetire
+	copy(msg[1:], k.pool[:])
+	copy(msg[17:], k.data[:])
+	if err := c.write(msg, -1); err != nil {
+		c.mu.Lock()
+		delete(c.unmaps, k)
+		c.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// retiredAnswer: the peer unmapped an allocation we retired, in stream
+// order before the done event h (nil: nothing to wait for). The block's
+// stream waits for it; the block is freed once every peer answered.
+func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
+	c.mu.Lock()
+	b := c.unmaps[k]
+	delete(c.unmaps, k)
+	c.mu.Unlock()
+	if b == nil {
+		return fmt.Errorf("ipc: the peer answered a retire of an allocation of pool %x that was not asked", k.pool)
+	}
+	var err error
+	if h != nil {
+		err = c.waitDone(b, *h)
+	}
+	b.pool.unmapped(b, c)
+	return err
+}
+
+func (c *Conn) sendRetired(k unmapKey, done *cuda.IPCEventHandle) error {
+	msg := make([]byte, 146)
+	msg[0] = msgRetired
+	copy(msg[1:], k.pool[:])
+	copy(msg[17:], k.data[:])
+	if done != nil {
+		msg[81] = 1
+		copy(msg[82:], done[:])
+	}
+	return c.write(msg, -1)
 }
 
 func (c *Conn) sendRelease(lease uint64, done *cuda.IPCEventHandle) error {
@@ -500,6 +614,20 @@ func (c *Conn) end(err error) {
 		err = fmt.Errorf("ipc: %w", ErrClosed)
 	}
 	c.err = err
+	c.unmaps = map[unmapKey]*block{}
+	var pools []*Pool
+	for p := range c.mapPools {
+		pools = append(pools, p)
+	}
+	c.mu.Unlock()
+	// The peer maps nothing of ours any more (it closed or died): cached
+	// allocations no other peer maps are freed now, retires wait for it no
+	// longer. Before the leases end, so that an allocation whose last
+	// reference was a lease is freed by it, not cached for this peer.
+	for _, p := range pools {
+		p.dropPeer(c)
+	}
+	c.mu.Lock()
 	for id, l := range c.leases {
 		delete(c.leases, id)
 		l.end()
@@ -612,6 +740,17 @@ func (c *Conn) isEnded() bool {
 	defer c.mu.Unlock()
 	return c.ended
 }
+
+// Mapped is the number of the peer's allocations this side keeps mapped:
+// those of the tensors received and not closed, and those whose tensors
+// were all closed, kept for the next tensor of the same allocation until
+// the peer retires them or the connection ends.
+func (c *Conn) Mapped() int { return c.imp.mapped() }
+
+// Imports is the number of allocations of the peer this side has mapped
+// (cuMemPoolImportPointer) since the connection began: a tensor of an
+// allocation already mapped adds none.
+func (c *Conn) Imports() int { return c.imp.importCount() }
 
 // LastImport is how long the last tensor received took to turn from a
 // descriptor into a view: decoding, the pointer import (once per

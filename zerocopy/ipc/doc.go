@@ -13,14 +13,20 @@
 // the ready event: DLPack and CopyCUDA consumers order after it, the host
 // never waits.
 //
-// Closing a received view gives its lease back: the consumer frees its
-// mapping and records a "done" interprocess event on its stream, and the
-// producer's allocation stream waits for that event before the memory is
-// freed (cuMemFreeAsync). The producer frees an allocation only when its
-// own views are closed and every lease ended; a peer that closes the
-// connection or dies gives all its leases back at once (the socket's end
-// is how death is noticed). A consumer whose producer died keeps its views
-// valid (its mappings hold the memory) until it closes them.
+// Closing a received view gives its lease back: the consumer records a
+// "done" interprocess event on its stream, and the producer's allocation
+// stream waits for that event before the memory is reused or freed. The
+// consumer keeps the allocation mapped: once the producer's own views are
+// closed and every lease ended, the pool caches the allocation, and the
+// next Alloc of the same size takes it again, which the consumer receives
+// without a new mapping. To free a cached allocation (Pool.Trim, the
+// limit, Pool.Close) the producer retires it: each consumer that maps it
+// unmaps it in stream order and answers with a done event, and the
+// producer frees it (cuMemFreeAsync) after those events. A peer that
+// closes the connection or dies gives all its leases and mappings back at
+// once (the socket's end is how death is noticed). A consumer whose
+// producer died keeps its views valid (its mappings hold the memory) until
+// it closes them.
 //
 // Everything works in a CGO_ENABLED=0 build: the driver is reached through
 // purego, the socket through package net and syscall.

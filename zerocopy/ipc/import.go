@@ -11,9 +11,10 @@ import (
 
 // importer is a Conn's receiving side: the peer's pools imported here, the
 // allocations mapped from them (once each, however many tensors of one
-// allocation arrive), the peer's ready events opened here, a stream per
-// device the imports are ordered on, and a pool of this process's
-// interprocess "done" events.
+// allocation arrive, and kept mapped after their last lease until the peer
+// retires them or the connection ends), the peer's ready events opened
+// here, a stream per device the imports are ordered on, and a pool of this
+// process's interprocess "done" events.
 type importer struct {
 	c *Conn
 
@@ -22,6 +23,7 @@ type importer struct {
 	ready   map[cuda.IPCEventHandle]*cuda.Event
 	done    []ipcEvent
 	nopen   int // imported views not yet closed
+	imports int // allocations mapped so far
 	gone    bool
 	devices map[cuda.UUID]*impDevice
 }
@@ -61,6 +63,7 @@ type impPool struct {
 }
 
 // impAlloc is one imported allocation; refs counts the open leases on it.
+// With none it stays mapped, for the next tensor of the allocation.
 type impAlloc struct {
 	ptr  cuda.DevicePtr
 	refs int
@@ -148,6 +151,9 @@ func (im *importer) open(d *Descriptor) (*zerocopy.View, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: tensor of pool %x, which the peer did not send", ErrBadDescriptor, d.Pool)
 	}
+	// A mapping kept from an earlier tensor of the allocation is used as
+	// it is: the peer retires it before freeing the allocation. A failure
+	// below leaves a new mapping kept too, for the retire to find.
 	a := p.alloc[d.Data]
 	if a == nil {
 		ptr, err := p.mp.ImportPointer(d.Data)
@@ -156,19 +162,18 @@ func (im *importer) open(d *Descriptor) (*zerocopy.View, error) {
 		}
 		a = &impAlloc{ptr: ptr}
 		p.alloc[d.Data] = a
+		im.imports++
 	}
 	ev := im.ready[d.Ready]
 	if ev == nil {
 		var err error
 		if ev, err = p.dev.ctx.OpenIPCEvent(d.Ready); err != nil {
-			im.unref(p, d.Data, a)
 			return nil, fmt.Errorf("ipc: opening the peer's ready event: %w", err)
 		}
 		im.ready[d.Ready] = ev
 	}
 	s := p.dev.stream
 	if err := s.WaitEvent(ev); err != nil {
-		im.unref(p, d.Data, a)
 		return nil, fmt.Errorf("ipc: waiting for the peer's ready event: %w", err)
 	}
 	a.refs++
@@ -181,16 +186,70 @@ func (im *importer) open(d *Descriptor) (*zerocopy.View, error) {
 	}, &l.owner)
 }
 
-// unref frees an imported allocation with no lease left (in stream order
-// on the import stream). Called with im.mu held.
-func (im *importer) unref(p *impPool, data cuda.PoolExportData, a *impAlloc) {
-	if a.refs > 0 {
-		return
-	}
+// unmap frees an imported allocation (in stream order on the import
+// stream). Called with im.mu held.
+func (im *importer) unmap(p *impPool, data cuda.PoolExportData, a *impAlloc) {
 	delete(p.alloc, data)
 	if err := p.dev.stream.MemFreeAsync(a.ptr); err != nil {
 		reportError(fmt.Errorf("ipc: freeing an imported allocation: %w", err))
 	}
+}
+
+// recordDone records a done event on d's import stream and returns its
+// handle, or nil after finishing that stream's work on the host if no event
+// could be recorded. Called with im.mu held.
+func (im *importer) recordDone(d *impDevice) *cuda.IPCEventHandle {
+	s := d.stream
+	if de, err := im.doneEvent(d); err != nil {
+		reportError(fmt.Errorf("ipc: done event: %w", err))
+	} else if err := de.e.Record(s); err != nil {
+		reportError(fmt.Errorf("ipc: recording the done event: %w", err))
+	} else {
+		return &de.h
+	}
+	// No event to order the peer's free after our work: finish that work
+	// first.
+	s.Synchronize()
+	return nil
+}
+
+// retire answers the peer's msgRetire: the allocation is unmapped in
+// stream order and the answer carries a done event recorded after the
+// unmap. An allocation not mapped here gets an answer with no event; one
+// with leases open is a protocol error of the peer (it retires only
+// allocations whose leases all came back).
+func (im *importer) retire(k unmapKey) error {
+	im.mu.Lock()
+	var h *cuda.IPCEventHandle
+	if p := im.pools[k.pool]; p != nil {
+		if a := p.alloc[k.data]; a != nil {
+			if a.refs > 0 {
+				im.mu.Unlock()
+				return fmt.Errorf("ipc: the peer retired an allocation of pool %x with %d leases open here", k.pool, a.refs)
+			}
+			im.unmap(p, k.data, a)
+			h = im.recordDone(p.dev)
+		}
+	}
+	im.mu.Unlock()
+	return im.c.sendRetired(k, h)
+}
+
+// mapped counts the allocations mapped here.
+func (im *importer) mapped() int {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	n := 0
+	for _, p := range im.pools {
+		n += len(p.alloc)
+	}
+	return n
+}
+
+func (im *importer) importCount() int {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.imports
 }
 
 // doneEvent returns an interprocess event of dev to record: an idle one
@@ -217,34 +276,25 @@ func (im *importer) doneEvent(d *impDevice) (ipcEvent, error) {
 	return de, nil
 }
 
-// Release gives a lease back: the import stream frees the mapping if this
-// was its last lease, records a done event after everything queued on it,
-// and the peer hears of the event.
+// Release gives a lease back: the import stream records a done event after
+// everything queued on it, and the peer hears of the event. The mapping
+// stays (the peer retires it before freeing the allocation), unless the
+// peer is gone: then the last lease frees it, in stream order.
 func (l *impLease) Release() {
 	im := l.im
 	im.mu.Lock()
 	a := l.pool.alloc[l.data]
+	gone := im.gone
 	if a != nil {
 		a.refs--
-		im.unref(l.pool, l.data, a)
+		if a.refs == 0 && gone {
+			im.unmap(l.pool, l.data, a)
+		}
 	}
 	im.nopen--
-	gone := im.gone
 	var h *cuda.IPCEventHandle
 	if !gone {
-		s := l.pool.dev.stream
-		if de, err := im.doneEvent(l.pool.dev); err != nil {
-			reportError(fmt.Errorf("ipc: done event: %w", err))
-		} else if err := de.e.Record(s); err != nil {
-			reportError(fmt.Errorf("ipc: recording the done event: %w", err))
-		} else {
-			h = &de.h
-		}
-		if h == nil {
-			// No event to order the peer's free after our work: finish
-			// that work first.
-			s.Synchronize()
-		}
+		h = im.recordDone(l.pool.dev)
 	}
 	im.mu.Unlock()
 	if !gone {
@@ -262,18 +312,33 @@ func (im *importer) openViews() int {
 }
 
 // peerGone: the peer closed or died. Imported views stay valid (the
-// mappings hold the memory); their releases no longer go anywhere.
+// mappings hold the memory); their releases no longer go anywhere. The
+// mappings kept with no lease are freed now (in stream order), the others
+// when their last lease goes.
 func (im *importer) peerGone() {
 	im.mu.Lock()
 	im.gone = true
+	for _, p := range im.pools {
+		for data, a := range p.alloc {
+			if a.refs == 0 {
+				im.unmap(p, data, a)
+			}
+		}
+	}
 	im.mu.Unlock()
 }
 
-// close drops what the importer holds once no view is open: opened events,
+// close drops what the importer holds once no view is open: kept mappings
+// (freed in stream order, then the streams synchronized), opened events,
 // imported pools, import streams.
 func (im *importer) close() {
 	im.mu.Lock()
 	defer im.mu.Unlock()
+	for _, p := range im.pools {
+		for data, a := range p.alloc {
+			im.unmap(p, data, a)
+		}
+	}
 	for _, d := range im.devices {
 		d.stream.Synchronize()
 	}

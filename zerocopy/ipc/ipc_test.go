@@ -326,6 +326,11 @@ func TestSlowConsumer(t *testing.T) {
 	}{
 		{"waits", nil, true},
 		{"control", []string{"FAKECUDA_IPC_SKIP_WAITS=1"}, false},
+		// The cached block taken again by an allocation on another stream:
+		// that stream waits for the event recorded when the block went
+		// idle, after the first stream's wait for the consumer.
+		{"two streams", []string{"IPC_TEST_STREAMS=2"}, true},
+		{"two streams control", []string{"IPC_TEST_STREAMS=2", "FAKECUDA_IPC_SKIP_WAITS=1"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 3
@@ -555,6 +560,186 @@ func TestServerClaims(t *testing.T) {
 	}
 }
 
+// recycleSide starts a "recycle" consumer of n tensors and returns the
+// producer's pool (of limit bytes), its baseline, the connection and the
+// child.
+func recycleSide(t *testing.T, limit int64, n int) (*ipc.Pool, uint64, *ipc.Conn, *exec.Cmd, <-chan string) {
+	t.Helper()
+	pool, base, ln, sock := producerSide(t, limit)
+	cmd, lines := startChild(t, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n))
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	return pool, base, peer, cmd, lines
+}
+
+// sendRecycled allocates a uint32 tensor of elems elements on s, fills it
+// with value, sends it and closes the producer's view.
+func sendRecycled(t *testing.T, pool *ipc.Pool, peer *ipc.Conn, s *cuda.Stream, elems int64, value uint32) uintptr {
+	t.Helper()
+	v, err := pool.Alloc(s, dlpack.Uint32Type, elems)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, v, value)
+	if err := peer.Send(pool, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := v.Ptr()
+	v.Close()
+	return p
+}
+
+// askMapped has the recycle child report the mappings it keeps.
+func askMapped(t *testing.T, cmd *exec.Cmd, lines <-chan string) string {
+	t.Helper()
+	if _, err := io.WriteString(stdins[cmd], "\n"); err != nil {
+		t.Fatal(err)
+	}
+	return expectLine(t, lines, "mapped")
+}
+
+// TestRecycle: tensors of one size sent one after another (each given back
+// before the next is allocated) reuse one allocation, which the consumer
+// maps once; mixed sizes reuse one allocation per size. Trim retires the
+// cached allocations: the consumer unmaps them, the pool is back at its
+// baseline.
+func TestRecycle(t *testing.T) {
+	needCUDA(t)
+	for _, tc := range []struct {
+		name  string
+		sizes []int64 // uint32 elements, in turn
+	}{
+		{"one size", []int64{4096}},
+		{"mixed sizes", []int64{4096, 1000, 70000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 12
+			pool, base, peer, cmd, lines := recycleSide(t, 16<<20, n)
+			s := pool.Stream()
+			first := map[int64]uintptr{}
+			for i := 0; i < n; i++ {
+				e := tc.sizes[i%len(tc.sizes)]
+				p := sendRecycled(t, pool, peer, s, e, 1000+uint32(i))
+				if q, ok := first[e]; ok && q != p {
+					t.Errorf("tensor %d of %d elements at %#x, the first one at %#x: not reused", i, e, p, q)
+				}
+				first[e] = p
+				waitFor(t, "the lease back", func() bool { return peer.Leases() == 0 })
+			}
+			k := len(tc.sizes)
+			if got := expectLine(t, lines, "imports"); got != fmt.Sprintf("%d %d", k, k) {
+				t.Errorf("the consumer's imports and mappings: %s, want %d %d", got, k, k)
+			}
+			var bytes int64
+			for _, e := range tc.sizes {
+				bytes += 4 * e
+			}
+			if c, b := pool.Cached(); c != k || b != bytes {
+				t.Errorf("cached: %d blocks of %d bytes, want %d of %d", c, b, k, bytes)
+			}
+			if pool.Live() != 0 {
+				t.Errorf("%d allocations live, want 0 (cached ones do not count)", pool.Live())
+			}
+			if err := pool.Trim(); err != nil {
+				t.Fatal(err)
+			}
+			// Trim returned once the consumer answered and the blocks were
+			// freed (in stream order on s).
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if c, _ := pool.Cached(); c != 0 || pool.Live() != 0 || usedBytes(t, pool) != base {
+				t.Errorf("after Trim: %d cached, %d live, %d bytes used (baseline %d)", c, pool.Live(), usedBytes(t, pool), base)
+			}
+			if got := askMapped(t, cmd, lines); got != "0" {
+				t.Errorf("after Trim the consumer keeps %s mappings, want 0", got)
+			}
+			stdins[cmd].Close()
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("consumer: %v", err)
+			}
+		})
+	}
+}
+
+// TestRecycleKilledConsumer: the cached allocations of a consumer that is
+// killed are freed without Trim.
+func TestRecycleKilledConsumer(t *testing.T) {
+	needCUDA(t)
+	const n = 3
+	pool, base, peer, cmd, lines := recycleSide(t, 16<<20, n)
+	s := pool.Stream()
+	for i := 0; i < n; i++ {
+		sendRecycled(t, pool, peer, s, int64(1000*(i+1)), 1000+uint32(i))
+		waitFor(t, "the lease back", func() bool { return peer.Leases() == 0 })
+	}
+	expectLine(t, lines, "imports")
+	if c, _ := pool.Cached(); c != n {
+		t.Fatalf("%d cached, want %d", c, n)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	waitFor(t, "the pool's baseline", func() bool {
+		s.Synchronize()
+		c, _ := pool.Cached()
+		return c == 0 && pool.Live() == 0 && usedBytes(t, pool) == base
+	})
+}
+
+// TestRecycleLimit: with two cached allocations filling the pool's limit,
+// an allocation of another size retires them (the consumer unmaps both)
+// and succeeds.
+func TestRecycleLimit(t *testing.T) {
+	needCUDA(t)
+	const a = 1 << 18 // uint32 elements: 1 MiB
+	pool, _, peer, cmd, lines := recycleSide(t, 2*4*a, 3)
+	s := pool.Stream()
+	v1, err := pool.Alloc(s, dlpack.Uint32Type, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := pool.Alloc(s, dlpack.Uint32Type, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []*zerocopy.View{v1, v2} {
+		fill(t, s, v, 1000+uint32(i))
+		if err := peer.Send(pool, v, nil); err != nil {
+			t.Fatal(err)
+		}
+		v.Close()
+	}
+	waitFor(t, "the leases back", func() bool { return peer.Leases() == 0 })
+	if c, b := pool.Cached(); c != 2 || b != 2*4*a {
+		t.Fatalf("cached: %d blocks of %d bytes, want 2 of %d", c, b, 2*4*a)
+	}
+	sendRecycled(t, pool, peer, s, a+a/2, 1002)
+	if got := expectLine(t, lines, "imports"); got != "3 1" {
+		t.Errorf("the consumer's imports and mappings: %s, want 3 1 (the two retired)", got)
+	}
+	waitFor(t, "the lease back", func() bool { return peer.Leases() == 0 })
+	if c, _ := pool.Cached(); c != 1 {
+		t.Errorf("%d cached, want 1", c)
+	}
+	// Over the limit with nothing left to retire but the block in use.
+	v, err := pool.Alloc(s, dlpack.Uint32Type, a+a/2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Alloc(s, dlpack.Uint32Type, a); !errors.Is(err, ipc.ErrPoolFull) {
+		t.Errorf("an allocation over the limit with only a block in use: %v, want ErrPoolFull", err)
+	}
+	v.Close()
+	stdins[cmd].Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+}
+
 // childProducer makes a child's pool and waits for its peer on sock.
 func childProducer(sock string) (*ipc.Pool, *ipc.Conn, error) {
 	pool, err := ipc.NewPool(0, 16<<20)
@@ -640,6 +825,38 @@ func child(role, sock string) error {
 		}
 		fmt.Println("ok", n)
 		return c.Close()
+	case "recycle":
+		// Check and close each tensor (value 1000+i in every element),
+		// report the imports made and the mappings kept; then, once stdin
+		// says so (the producer trimmed or retired), the mappings left.
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			v, err := c.Recv()
+			if err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+			got, err := read(v)
+			if err != nil {
+				return err
+			}
+			for j, x := range got {
+				if x != 1000+uint32(i) {
+					return fmt.Errorf("tensor %d element %d = %d, want %d", i, j, x, 1000+i)
+				}
+			}
+			v.Close()
+		}
+		fmt.Println("imports", c.Imports(), c.Mapped())
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			// The answer to a retire may still be on its way here: the
+			// producer asks once its Trim returned.
+			fmt.Println("mapped", c.Mapped())
+		}
+		return c.Close()
 	case "reuse":
 		// One tensor at a time from the same stream, each allocated once
 		// the previous lease came back: the allocation takes the block the
@@ -648,10 +865,22 @@ func child(role, sock string) error {
 		if err != nil {
 			return err
 		}
-		s := pool.Stream()
+		streams := []*cuda.Stream{pool.Stream()}
+		if os.Getenv("IPC_TEST_STREAMS") == "2" {
+			ctx, err := cuda.Retain(0)
+			if err != nil {
+				return err
+			}
+			s2, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
+			if err != nil {
+				return err
+			}
+			streams = append(streams, s2)
+		}
 		var prev uintptr
 		reused := 0
 		for i := 0; i < n; i++ {
+			s := streams[i%len(streams)]
 			v, err := pool.Alloc(s, dlpack.Uint32Type, 1<<14)
 			if err != nil {
 				return err
@@ -671,8 +900,10 @@ func child(role, sock string) error {
 				time.Sleep(time.Millisecond)
 			}
 		}
-		if err := s.Synchronize(); err != nil {
-			return err
+		for _, s := range streams {
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
 		}
 		fmt.Println("reused", reused)
 		return peer.Close()

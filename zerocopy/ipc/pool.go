@@ -30,8 +30,16 @@ var ErrClosed = errors.New("ipc: closed")
 // allocations other processes can import: created for POSIX file
 // descriptor handles, separate from the device's default pool (which stays
 // private), with a size limit. Views allocated from it (Alloc) are shared
-// with Conn.Send; their memory is freed, in stream order, once the
-// producer's views are closed and every lease on them was given back.
+// with Conn.Send.
+//
+// An allocation whose producer views are closed and whose every lease was
+// given back is kept, not freed, while a live peer keeps it mapped (every
+// peer it was sent to does, until told otherwise): the pool's cache. The
+// next Alloc of exactly that size takes it again, and sending it costs the
+// peer no new mapping. Cached memory is freed, in stream order after each
+// peer's unmap, when Trim or Close retires it, when an allocation needs its
+// bytes under the limit, or at once when no peer maps it any more (its
+// connection ended).
 type Pool struct {
 	dev    int
 	ctx    *cuda.Context
@@ -40,26 +48,39 @@ type Pool struct {
 	uuid   cuda.UUID
 	stream *cuda.Stream // allocations given no stream, and their frees
 
-	mu     sync.Mutex
-	blocks []*block      // live allocations, sorted by address
-	ready  []ipcEvent    // idle ready events (no lease holds them)
-	events []*cuda.Event // every ready event made, for Close
-	fd     int           // the exported descriptor (-1 once closed)
-	limit  int64         // bytes the pool may hand out
-	inUse  int64         // bytes of live allocations
-	closed bool
+	mu       sync.Mutex
+	freed    *sync.Cond          // on mu: a retired block was freed
+	blocks   []*block            // allocations in use, sorted by address
+	cache    []*block            // idle allocations peers keep mapped, oldest first
+	retiring map[*block]struct{} // idle allocations retired, waiting for their peers
+	ready    []ipcEvent          // idle ready events (no lease holds them)
+	events   []*cuda.Event       // every ready event made, for Close
+	fd       int                 // the exported descriptor (-1 once closed)
+	limit    int64               // bytes the pool may hand out
+	inUse    int64               // bytes of allocations not freed (cached ones too)
+	closed   bool
 }
 
-// block is one allocation of the pool. Its owner counts the producer's
-// views and the leases; the last release frees it in stream order on the
-// stream it was allocated on, after the "done" events of the leases (which
-// that stream already waits for).
+// block is one allocation of the pool, exported once, however many times
+// it is used. Each use (an Alloc that returned it) has an owner of its own
+// that counts the producer's views and the leases; when the last reference
+// goes the block is cached if a peer keeps it mapped, else freed in stream
+// order on its stream, after the "done" events of the leases (which that
+// stream already waits for).
 type block struct {
-	owner  zerocopy.Owner
-	pool   *Pool
-	ptr    cuda.DevicePtr
-	size   int64
-	stream *cuda.Stream
+	pool *Pool
+	ptr  cuda.DevicePtr
+	size int64
+	// The fields below are guarded by pool.mu.
+	stream *cuda.Stream // the stream of the current or last use
+	cur    *use         // the current use; nil while idle
+	// mappers are the live peers that keep the block mapped (it was sent
+	// to them); unmapping the ones asked to unmap it (msgRetire) that have
+	// not answered yet.
+	mappers   map[*Conn]struct{}
+	unmapping map[*Conn]struct{}
+	retired   bool        // freed once idle and no peer maps it
+	idleEv    *cuda.Event // recorded on stream when the block went idle
 	// exported is closed once data (or expErr) is set: the export runs
 	// from Alloc in a goroutine of its own, because the driver's export
 	// costs host time in proportion to the size and would otherwise stand
@@ -70,6 +91,17 @@ type block struct {
 	data     cuda.PoolExportData
 	expErr   error
 }
+
+// use is one use of a block: from the Alloc that returned it to the last
+// reference's release (the producer's views, the leases).
+type use struct {
+	owner zerocopy.Owner
+	b     *block
+}
+
+// Release ends the use (the Owner calls it once): the block is cached or
+// freed.
+func (u *use) Release() { u.b.pool.idle(u.b) }
 
 // export makes the block's export data, once.
 func (b *block) export() {
@@ -117,7 +149,8 @@ func NewPool(dev int, limit int64) (*Pool, error) {
 		ctx.Release()
 		return nil, fmt.Errorf("ipc: NewPool(device %d): %w", dev, err)
 	}
-	p := &Pool{dev: dev, ctx: ctx, mp: mp, uuid: uuid, stream: s, fd: fd, limit: limit}
+	p := &Pool{dev: dev, ctx: ctx, mp: mp, uuid: uuid, stream: s, fd: fd, limit: limit, retiring: map[*block]struct{}{}}
+	p.freed = sync.NewCond(&p.mu)
 	if _, err := rand.Read(p.id[:]); err != nil {
 		return nil, fmt.Errorf("ipc: NewPool: %w", err)
 	}
@@ -132,17 +165,177 @@ func (p *Pool) Device() int { return p.dev }
 func (p *Pool) Stream() *cuda.Stream { return p.stream }
 
 // Usage reports the bytes the pool reserved from the device and the bytes
-// of those in use.
+// of those in use. Used bytes include the cached allocations (Cached)
+// until they are freed (Trim).
 func (p *Pool) Usage() (reserved, used uint64, err error) {
 	return p.mp.Usage()
 }
 
-// Live is the number of allocations not yet freed (views or leases still
-// hold them).
+// Live is the number of allocations in use (views or leases hold them);
+// cached ones do not count.
 func (p *Pool) Live() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.blocks)
+}
+
+// Cached reports the allocations the pool keeps for reuse because a peer
+// keeps them mapped (nothing uses them), and their bytes.
+func (p *Pool) Cached() (n int, bytes int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.cache {
+		bytes += b.size
+	}
+	return len(p.cache), bytes
+}
+
+// Trim frees the cached allocations, as torch.cuda.empty_cache does for
+// PyTorch's caching allocator: each is retired (every peer that maps it
+// unmaps it, in stream order, and answers) and freed once its peers
+// answered or went away; Trim returns when that is done. Allocations in use
+// stay. The memory goes back to the pool (Usage's used bytes fall; the
+// reserved ones stay up to the pool's release threshold).
+func (p *Pool) Trim() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("ipc: Pool.Trim: %w", ErrClosed)
+	}
+	p.mu.Unlock()
+	p.retireAll()
+	return nil
+}
+
+// retireAll retires every cached block and waits until every retired block
+// was freed.
+func (p *Pool) retireAll() {
+	p.mu.Lock()
+	var free []*block
+	var ret []retireReq
+	for _, b := range p.cache {
+		free, ret = p.retireLocked(b, free, ret)
+	}
+	p.cache = nil
+	p.mu.Unlock()
+	p.finishRetire(free, ret)
+	p.mu.Lock()
+	for len(p.retiring) > 0 {
+		p.freed.Wait()
+	}
+	p.mu.Unlock()
+}
+
+// retireReq is a retire message to send: peer c is to unmap b.
+type retireReq struct {
+	b *block
+	c *Conn
+}
+
+// retireLocked marks b (idle, out of the cache) retired: if no peer maps
+// it, it goes to free (to be freed once p.mu is dropped); else each peer
+// that maps it is to be told to unmap it (ret) and the block waits in
+// p.retiring. Called with p.mu held.
+func (p *Pool) retireLocked(b *block, free []*block, ret []retireReq) ([]*block, []retireReq) {
+	b.retired = true
+	if len(b.mappers) == 0 && len(b.unmapping) == 0 {
+		return append(free, b), ret
+	}
+	p.retiring[b] = struct{}{}
+	for c := range b.mappers {
+		delete(b.mappers, c)
+		b.unmapping[c] = struct{}{}
+		ret = append(ret, retireReq{b, c})
+	}
+	return free, ret
+}
+
+// finishRetire frees blocks no peer maps and sends the retire messages
+// (a peer that cannot be told counts as having answered: its connection
+// ended, which drops it from every block anyway). Called without p.mu.
+func (p *Pool) finishRetire(free []*block, ret []retireReq) {
+	for _, b := range free {
+		p.free(b)
+	}
+	for _, r := range ret {
+		if err := r.c.sendRetire(p, r.b); err != nil {
+			p.unmapped(r.b, r.c)
+		}
+	}
+}
+
+// unmapped: peer c unmapped b (it answered a retire, after which b's stream
+// waits for its done event) or is gone. A retired idle block that no peer
+// maps any more is freed.
+func (p *Pool) unmapped(b *block, c *Conn) {
+	p.mu.Lock()
+	delete(b.unmapping, c)
+	delete(b.mappers, c)
+	ready := p.freeableLocked(b)
+	p.mu.Unlock()
+	if ready {
+		p.free(b)
+	}
+}
+
+// freeableLocked reports whether b, unmapped by every peer, is to be freed
+// now (it is idle and retired, or idle in the cache with no peer left), and
+// if so takes it out of the cache and the retiring set. Called with p.mu
+// held.
+func (p *Pool) freeableLocked(b *block) bool {
+	if b.cur != nil || len(b.mappers) > 0 || len(b.unmapping) > 0 {
+		return false
+	}
+	if _, ok := p.retiring[b]; ok {
+		delete(p.retiring, b)
+		return true
+	}
+	for i, x := range p.cache {
+		if x == b {
+			p.cache = append(p.cache[:i], p.cache[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// addMapper records that peer c maps b (b was sent to it).
+func (p *Pool) addMapper(b *block, c *Conn) {
+	p.mu.Lock()
+	b.mappers[c] = struct{}{}
+	p.mu.Unlock()
+}
+
+// dropPeer forgets peer c, whose connection ended, in every block: cached
+// blocks no other peer maps are freed at once.
+func (p *Pool) dropPeer(c *Conn) {
+	var free []*block
+	p.mu.Lock()
+	drop := func(b *block) {
+		_, m := b.mappers[c]
+		_, u := b.unmapping[c]
+		if !m && !u {
+			return
+		}
+		delete(b.mappers, c)
+		delete(b.unmapping, c)
+		if p.freeableLocked(b) {
+			free = append(free, b)
+		}
+	}
+	for _, b := range p.blocks {
+		drop(b)
+	}
+	for _, b := range append([]*block(nil), p.cache...) {
+		drop(b)
+	}
+	for b := range p.retiring {
+		drop(b)
+	}
+	p.mu.Unlock()
+	for _, b := range free {
+		p.free(b)
+	}
 }
 
 // Alloc allocates a C-contiguous tensor in stream order on s (nil: the
@@ -173,46 +366,119 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 	if size == 0 {
 		size = 1 // an allocation to export even for an empty tensor
 	}
+	u := &use{}
 	// The limit is kept here too: the driver (580, H100) handed out more
 	// than a pool's maxSize.
 	p.mu.Lock()
-	closed, over := p.closed, p.inUse+size > p.limit
-	if !closed && !over {
-		p.inUse += size
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("ipc: Pool.Alloc: %w", ErrClosed)
+		}
+		if b := p.takeCachedLocked(size); b != nil {
+			other := b.stream != s
+			ev := b.idleEv
+			b.stream, b.cur, u.b = s, u, b
+			p.insertLocked(b)
+			p.mu.Unlock()
+			if other && ev != nil {
+				// The block's last use (and the peers' done events its
+				// stream waited for) comes before this one's work.
+				if err := s.WaitEvent(ev); err != nil {
+					if err := ev.Synchronize(); err != nil {
+						reportError(fmt.Errorf("ipc: ordering the reuse of a cached allocation: %w", err))
+					}
+				}
+			}
+			u.owner.Init(u, "ipc pool allocation")
+			return zerocopy.Wrap(zerocopy.Spec{
+				Ptr: uintptr(b.ptr), Device: dlpack.CUDADevice(p.dev), DType: dt, Shape: shape, Stream: s.Handle(),
+			}, &u.owner)
+		}
+		if p.inUse+size <= p.limit {
+			p.inUse += size
+			break
+		}
+		// Over the limit: free or retire cached blocks, oldest first,
+		// until enough bytes are on their way back, and wait for them.
+		need := p.inUse + size - p.limit
+		var coming int64
+		for b := range p.retiring {
+			coming += b.size
+		}
+		var free []*block
+		var ret []retireReq
+		for len(p.cache) > 0 && coming < need {
+			b := p.cache[0]
+			p.cache = p.cache[1:]
+			free, ret = p.retireLocked(b, free, ret)
+			coming += b.size
+		}
+		if len(free) > 0 || len(ret) > 0 {
+			p.mu.Unlock()
+			p.finishRetire(free, ret)
+			p.mu.Lock()
+			continue
+		}
+		if len(p.retiring) == 0 {
+			inUse := p.inUse
+			p.mu.Unlock()
+			return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit", dt, shape, ErrPoolFull, inUse, p.limit)
+		}
+		p.freed.Wait()
 	}
-	inUse := p.inUse
 	p.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("ipc: Pool.Alloc: %w", ErrClosed)
-	}
-	if over {
-		return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit", dt, shape, ErrPoolFull, inUse, p.limit)
-	}
 	ptr, err := s.MemAllocFromPoolAsync(p.mp, size)
 	if err != nil {
 		p.mu.Lock()
 		p.inUse -= size
+		p.freed.Broadcast()
 		p.mu.Unlock()
 		return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w", dt, shape, err)
 	}
-	b := &block{pool: p, ptr: ptr, size: size, stream: s, exported: make(chan struct{})}
-	b.owner.Init(b, "ipc pool allocation")
+	b := &block{
+		pool: p, ptr: ptr, size: size, stream: s, cur: u, exported: make(chan struct{}),
+		mappers: map[*Conn]struct{}{}, unmapping: map[*Conn]struct{}{},
+	}
+	u.b = b
+	u.owner.Init(u, "ipc pool allocation")
 	go b.export()
 	p.mu.Lock()
-	i := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].ptr >= ptr })
-	p.blocks = append(p.blocks, nil)
-	copy(p.blocks[i+1:], p.blocks[i:])
-	p.blocks[i] = b
+	p.insertLocked(b)
 	p.mu.Unlock()
 	return zerocopy.Wrap(zerocopy.Spec{
 		Ptr: uintptr(ptr), Device: dlpack.CUDADevice(p.dev), DType: dt, Shape: shape, Stream: s.Handle(),
-	}, &b.owner)
+	}, &u.owner)
 }
 
-// Release frees the block in stream order (the Owner calls it once).
-func (b *block) Release() {
+// takeCachedLocked takes a cached block of exactly size bytes out of the
+// cache (the most recently cached one), or returns nil. Called with p.mu
+// held.
+func (p *Pool) takeCachedLocked(size int64) *block {
+	for i := len(p.cache) - 1; i >= 0; i-- {
+		if b := p.cache[i]; b.size == size {
+			p.cache = append(p.cache[:i], p.cache[i+1:]...)
+			return b
+		}
+	}
+	return nil
+}
+
+// insertLocked adds b to the blocks in use. Called with p.mu held.
+func (p *Pool) insertLocked(b *block) {
+	i := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].ptr >= b.ptr })
+	p.blocks = append(p.blocks, nil)
+	copy(p.blocks[i+1:], p.blocks[i:])
+	p.blocks[i] = b
+}
+
+// idle runs when the last reference of b's current use goes. If a live
+// peer keeps b mapped, b is cached (after an event on its stream that a
+// reuse on another stream waits for: that stream already waited for the
+// peers' done events); a closed pool retires it instead. Otherwise it is
+// freed in stream order.
+func (p *Pool) idle(b *block) {
 	<-b.exported // the driver's export of the pointer is done with it
-	p := b.pool
 	p.mu.Lock()
 	for i, x := range p.blocks {
 		if x == b {
@@ -220,13 +486,65 @@ func (b *block) Release() {
 			break
 		}
 	}
-	p.inUse -= b.size
+	b.cur = nil
+	if len(b.mappers) == 0 && len(b.unmapping) == 0 {
+		p.mu.Unlock()
+		p.free(b)
+		return
+	}
+	if p.closed || b.retired {
+		free, ret := p.retireLocked(b, nil, nil)
+		p.mu.Unlock()
+		// Not here: the last reference may go under a Conn's lock (a
+		// lease ending), and the retire messages take Conn locks.
+		go p.finishRetire(free, ret)
+		return
+	}
+	if b.idleEv == nil {
+		ev, err := p.ctx.NewEvent(0)
+		if err != nil {
+			reportError(fmt.Errorf("ipc: caching an allocation: %w", err))
+		}
+		b.idleEv = ev
+	}
+	if b.idleEv != nil {
+		if err := b.idleEv.Record(b.stream); err != nil {
+			reportError(fmt.Errorf("ipc: caching an allocation: %w", err))
+			b.idleEv.Destroy()
+			b.idleEv = nil
+		}
+	}
+	if b.idleEv == nil {
+		// Without the event a reuse on another stream could not be
+		// ordered: retire the block instead.
+		free, ret := p.retireLocked(b, nil, nil)
+		p.mu.Unlock()
+		go p.finishRetire(free, ret)
+		return
+	}
+	p.cache = append(p.cache, b)
 	p.mu.Unlock()
-	if err := b.stream.MemFreeAsync(b.ptr); err != nil {
+}
+
+// free frees b in stream order on its stream (its peers unmapped it, or
+// are gone), and its bytes leave the limit.
+func (p *Pool) free(b *block) {
+	p.mu.Lock()
+	s, ev := b.stream, b.idleEv
+	b.idleEv = nil
+	p.mu.Unlock()
+	if err := s.MemFreeAsync(b.ptr); err != nil {
 		if err2 := p.ctx.MemFree(b.ptr); err2 != nil {
 			reportError(fmt.Errorf("ipc: freeing %v of the IPC pool: %v; %w", b.ptr, err, err2))
 		}
 	}
+	if ev != nil {
+		ev.Destroy()
+	}
+	p.mu.Lock()
+	p.inUse -= b.size
+	p.freed.Broadcast()
+	p.mu.Unlock()
 }
 
 // find returns the block holding [lo, hi), or nil.
@@ -330,7 +648,13 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 	if b == nil {
 		return nil, nil, fmt.Errorf("%w: view at %#x (%d bytes) of device %d", ErrNotIPCMemory, base, hi-lo, p.dev)
 	}
-	if err := b.owner.Retain(); err != nil {
+	p.mu.Lock()
+	u := b.cur
+	p.mu.Unlock()
+	if u == nil {
+		return nil, nil, fmt.Errorf("ipc: export of a closed view")
+	}
+	if err := u.owner.Retain(); err != nil {
 		return nil, nil, fmt.Errorf("ipc: export: %w", err)
 	}
 	var ev ipcEvent
@@ -338,7 +662,7 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 		if ev.e != nil {
 			p.putReady(ev)
 		}
-		b.owner.Release()
+		u.owner.Release()
 		return nil, nil, err
 	}
 	<-b.exported
@@ -347,7 +671,9 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 	}
 	data := b.data
 	if s == nil {
+		p.mu.Lock()
 		s = b.stream
+		p.mu.Unlock()
 		if h := v.Stream(); h != 0 && h != s.Handle() {
 			s = p.ctx.WrapStream(h)
 		}
@@ -364,21 +690,21 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 		Offset: int64(base - uintptr(b.ptr)), DType: v.DType(), Shape: v.Shape(), Strides: v.Strides(),
 		ReadOnly: v.ReadOnly(), Ready: ev.h,
 	}
-	return d, &lease{b: b, ready: ev}, nil
+	return d, &lease{u: u, ready: ev}, nil
 }
 
 // lease is what a peer holds for one tensor sent to it: a reference on
-// the allocation and the ready event recorded for it.
+// the allocation's use and the ready event recorded for it.
 type lease struct {
-	b     *block
+	u     *use
 	ready ipcEvent
 }
 
 // end drops the lease (after the allocation's stream was ordered after
 // the peer's done event, if any).
 func (l *lease) end() {
-	l.b.pool.putReady(l.ready)
-	l.b.owner.Release()
+	l.u.b.pool.putReady(l.ready)
+	l.u.owner.Release()
 }
 
 // CopyIn returns a copy of v (any device or host memory the engine can
@@ -399,9 +725,11 @@ func (p *Pool) CopyIn(v *zerocopy.View, s *cuda.Stream) (*zerocopy.View, error) 
 	return out, nil
 }
 
-// Close closes the pool's exported descriptor and hands the memory it
-// reserves and no longer uses back to the system. Peers that imported it
-// keep their imports.
+// Close retires and frees the cached allocations (as Trim does), closes
+// the pool's exported descriptor and hands the memory it reserves and no
+// longer uses back to the system. Allocations still in use are retired when
+// their last reference goes. Peers that imported the pool keep their
+// imports.
 //
 // The driver's pool object itself stays until the process ends: destroying
 // an exported pool after peers in other processes had used its memory made
@@ -417,6 +745,10 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.freed.Broadcast() // allocations waiting for room fail now
+	p.mu.Unlock()
+	p.retireAll()
+	p.mu.Lock()
 	fd := p.fd
 	p.fd = -1
 	evs := p.events

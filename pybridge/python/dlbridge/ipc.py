@@ -45,6 +45,9 @@ _pool_new = _lib._declare("dlb_ipc_pool_new", _i32, _i32, _i64, _pu64)
 _pool_empty = _lib._declare("dlb_ipc_pool_empty", _i32, _u64, _cstr, _i32, _pi64, _i32, _pu64, _pinfo)
 _pool_copy_in = _lib._declare("dlb_ipc_pool_copy_in", _i32, _u64, _u64, _pu64, _pinfo)
 _pool_usage = _lib._declare("dlb_ipc_pool_usage", _i32, _u64, _pi64)
+_pool_trim = _lib._declare("dlb_ipc_pool_trim", _i32, _u64)
+_pool_cached = _lib._declare("dlb_ipc_pool_cached", _i32, _u64, _pi64)
+_mapped = _lib._declare("dlb_ipc_mapped", _i32, _u64, _pi64)
 _listen = _lib._declare("dlb_ipc_listen", _i32, _cstr, _pu64)
 _accept = _lib._declare("dlb_ipc_accept", _i32, _u64, _pu64)
 _dial = _lib._declare("dlb_ipc_dial", _i32, _cstr, _pu64)
@@ -103,8 +106,12 @@ class _Object:
 class Pool(_Object):
     """An IPC memory pool on CUDA device ``device`` that reserves at most
     ``limit`` bytes. Tensors allocated from it can be sent to other
-    processes; their memory is freed once this process closed them and
-    every peer gave its lease back."""
+    processes. Once this process closed a tensor and every peer gave its
+    lease back, its memory is cached while a peer keeps it mapped: the next
+    tensor of exactly that size takes it again, and the peer maps nothing
+    new. ``trim()`` frees the cache (as ``torch.cuda.empty_cache()`` does);
+    so do an allocation that needs the room and the peers' connections
+    ending."""
 
     def __init__(self, device=0, limit=1 << 30):
         if hasattr(device, "index"):  # torch.device / "cuda:N" objects
@@ -136,9 +143,23 @@ class Pool(_Object):
         return _new(_pool_copy_in, self._live(), t._handle())
 
     def usage(self):
-        """(reserved bytes, used bytes, live allocations)."""
+        """(reserved bytes, used bytes, live allocations). Used bytes
+        include the cached allocations until ``trim()``; live allocations
+        do not count them."""
         out = (ctypes.c_int64 * 3)()
         _lib.check(_pool_usage(self._live(), out))
+        return tuple(out)
+
+    def trim(self):
+        """Free the cached allocations: each peer that maps one unmaps it
+        first. Returns once they are freed (the GIL is released meanwhile)."""
+        _lib.check(_pool_trim(self._live()))
+
+    @property
+    def cached(self):
+        """(cached allocations, their bytes)."""
+        out = (ctypes.c_int64 * 2)()
+        _lib.check(_pool_cached(self._live(), out))
         return tuple(out)
 
 
@@ -179,6 +200,23 @@ class Connection(_Object):
         n = ctypes.c_int64()
         _lib.check(_leases(self._live(), ctypes.byref(n)))
         return n.value
+
+    @property
+    def mapped(self):
+        """The peer's allocations this side keeps mapped (those of tensors
+        received, kept after they are closed until the peer retires them)."""
+        return self._mapped()[0]
+
+    @property
+    def imports(self):
+        """The peer's allocations mapped over this connection so far (a
+        tensor of an allocation already mapped adds none)."""
+        return self._mapped()[1]
+
+    def _mapped(self):
+        out = (ctypes.c_int64 * 2)()
+        _lib.check(_mapped(self._live(), out))
+        return tuple(out)
 
 
 class Listener(_Object):

@@ -20,6 +20,10 @@ slow   receive N tensors; queue a copy of each on the tensor's own stream
        FAKECUDA_IPC_DELAY_MS the copies run late, after the producer
        allocated again: they read right only if its frees wait for this
        process's "done" events.
+recycle
+       receive N tensors, check them (tensor i holds i+1) and close each;
+       print "imports I M" (allocations mapped so far, kept mapped now);
+       then print "mapped M" for each line on stdin (the producer trimmed).
 time   hand-overs of one tensor (internal/ipcproducer -bytes): receive N,
        time each recv (socket to ready view), print "handover BYTES MEDIAN_NS".
 """
@@ -65,6 +69,18 @@ def main():
             t.close()
         times.sort()
         print("handover", nbytes, times[len(times) // 2], flush=True)
+        return
+    if mode == "recycle":
+        for i in range(n):
+            t = conn.recv()
+            if not (values(t) == i + 1).all():
+                print("wrong", i, flush=True)
+                sys.exit(1)
+            t.close()
+        print("imports", conn.imports, conn.mapped, flush=True)
+        for _ in sys.stdin:
+            print("mapped", conn.mapped, flush=True)
+        conn.close()
         return
     if mode == "wait":
         got = [conn.recv() for _ in range(n)]

@@ -189,6 +189,55 @@ def test_python_to_python(tmp_path):
     pool.close()
 
 
+def test_recycled_allocations_and_trim(tmp_path):
+    """Tensors of one size sent one after another (each given back before
+    the next): the consumer maps one allocation once, the pool caches it;
+    trim() makes the consumer unmap it and brings the pool back to its
+    baseline."""
+    import threading
+
+    sock = str(tmp_path / "s")
+    pool = dlbridge.ipc.Pool(0, 16 << 20)
+    dlbridge.synchronize(0)
+    base = pool.usage()[1]
+    ln = dlbridge.ipc.listen(sock)
+    got = {}
+    th = threading.Thread(target=lambda: got.update(conn=ln.accept()))
+    th.start()
+    n = 10
+    cons = _consumer("recycle", sock, n, stdin=subprocess.PIPE)
+    try:
+        th.join(30)
+        conn = got["conn"]
+        ptrs = set()
+        for i in range(n):
+            # Two shapes of one byte size: the cache goes by size.
+            t = pool.empty((16, 3) if i % 2 else (3, 16), "uint32")
+            t.fill_(i + 1)
+            ptrs.add(t.data_ptr())
+            conn.send(t, pool)
+            t.close()
+            _eventually("the lease back", lambda: conn.leases == 0)
+        assert len(ptrs) == 1, "the allocations were not reused: %d addresses" % len(ptrs)
+        assert _line(cons, "imports") == ["1", "1"]
+        assert pool.cached == (1, 16 * 3 * 4)
+        assert _live(pool) == 0
+        pool.trim()
+        dlbridge.synchronize(0)
+        assert pool.cached == (0, 0)
+        assert pool.usage()[1] == base
+        cons.stdin.write("\n")
+        cons.stdin.flush()
+        assert _line(cons, "mapped") == ["0"]
+        cons.stdin.close()
+        assert cons.wait(60) == 0
+        conn.close()
+    finally:
+        _reap(cons)
+        ln.close()
+        pool.close()
+
+
 def test_send_refuses_other_memory(driver, tmp_path):
     """Memory that is not an IPC pool's is refused with BufferError;
     Pool.copy_in makes a copy that can go. (Receiving in the same process
