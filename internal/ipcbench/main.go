@@ -24,7 +24,7 @@ import (
 func main() {
 	var err error
 	if dir := os.Getenv("IPCBENCH_PRODUCER"); dir != "" {
-		err = producer(dir, os.Getenv("IPCBENCH_MAX"), os.Getenv("IPCBENCH_FILL"))
+		err = producer(dir, os.Getenv("IPCBENCH_MAX"), os.Getenv("IPCBENCH_FILL"), os.Getenv("IPCBENCH_IDLE"))
 	} else {
 		err = consumer()
 	}
@@ -89,11 +89,18 @@ const (
 // a fresh tensor gets its bytes: "device" queues a memset and sends at
 // once; "host" copies them from host memory first (cuMemcpyHtoD, which
 // returns once the copy is done), as a server filling a tensor with a
-// request's data does.
-func producer(dir, maxArg, fill string) error {
+// request's data does. idle is how long the producer waits between the
+// fill and the Send (a time.ParseDuration string; empty: none).
+func producer(dir, maxArg, fill, idleArg string) error {
 	max, err := strconv.ParseInt(maxArg, 10, 64)
 	if err != nil {
 		return err
+	}
+	var idle time.Duration
+	if idleArg != "" {
+		if idle, err = time.ParseDuration(idleArg); err != nil {
+			return err
+		}
 	}
 	limit := max + (64 << 20)
 	pool, err := ipc.NewPool(0, limit)
@@ -187,6 +194,9 @@ func producer(dir, maxArg, fill string) error {
 			}
 			if err := write(cuda.DevicePtr(v.Ptr()), size); err != nil {
 				return err
+			}
+			if idle > 0 {
+				time.Sleep(idle)
 			}
 			t0 := time.Now()
 			if err := peer.Send(pool, v, nil); err != nil {
@@ -289,6 +299,7 @@ func consumer() error {
 	rounds := flag.Int("rounds", 30, "timed rounds per size")
 	sizesArg := flag.String("sizes", "1M,64M,1G,4G", "tensor sizes (K, M, G suffixes)")
 	fill := flag.String("fill", "device", `how the producer fills a tensor before sending it: "device" (a memset queued on its stream; Send follows at once) or "host" (a copy from host memory, done before Send)`)
+	idle := flag.Duration("idle", 0, "how long the producer waits between the fill and the Send: the consumer sits idle in Recv that long (a host fill of a large tensor makes it wait too)")
 	flag.Parse()
 	if *fill != "device" && *fill != "host" {
 		return fmt.Errorf("-fill %q: want device or host", *fill)
@@ -309,7 +320,7 @@ func consumer() error {
 	}
 	defer os.RemoveAll(dir)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "IPCBENCH_PRODUCER="+dir, "IPCBENCH_MAX="+strconv.FormatInt(max, 10), "IPCBENCH_FILL="+*fill)
+	cmd.Env = append(os.Environ(), "IPCBENCH_PRODUCER="+dir, "IPCBENCH_MAX="+strconv.FormatInt(max, 10), "IPCBENCH_FILL="+*fill, "IPCBENCH_IDLE="+idle.String())
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -379,6 +390,7 @@ func consumer() error {
 		return err
 	}
 	var one [1]byte
+	fmt.Printf("# producer idle between fill and send: %v\n", *idle)
 	fmt.Printf("# hand-over after first contact (producer fill: %s), medians in ns: dlbridge of a fresh allocation (send, import: its shares), driver alone, ratio = dlbridge / driver; recycled: dlbridge of the same size again (cached allocation, mapping kept), rratio = recycled / driver\n", *fill)
 	fmt.Printf("%-12s %12s %12s %12s %12s %8s %12s %8s\n", "size", "dlbridge", "send", "import", "driver", "ratio", "recycled", "rratio")
 	for _, size := range sizes {
