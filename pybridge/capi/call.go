@@ -171,6 +171,7 @@ type callScratch struct {
 	outValues  [pyfunc.MaxParams]pyfunc.Value
 	owned      [pyfunc.MaxParams]*zerocopy.View
 	nres       int // results of the call, for done
+	frame      pyfunc.Frame
 }
 
 var scratches = sync.Pool{New: func() any { return new(callScratch) }}
@@ -226,7 +227,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	sc.nres = len(f.Results)
 	a := pyfunc.Args{Tensors: sc.tensors[:n], Values: sc.values[:n], Stream: uintptr(stream),
 		StreamDevice: int(streamDev), DefaultStream: defaultStream,
-		OutTensors: sc.outTensors[:], OutValues: sc.outValues[:]}
+		OutTensors: sc.outTensors[:], OutValues: sc.outValues[:], Frame: &sc.frame}
 	side := sc.side[:n]
 	defer sc.release(cargs)
 	for i := range cargs {

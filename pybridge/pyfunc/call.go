@@ -170,6 +170,10 @@ type Args struct {
 	// nil: Call allocates them.
 	OutTensors []*zerocopy.View
 	OutValues  []Value
+	// Frame, when not nil, is the frame the body's arguments and results
+	// pass through (cleared after the call), for a caller that keeps its
+	// own per-thread scratch; nil: one of f's pooled frames.
+	Frame *Frame
 }
 
 // Outcome is what a call gives back: Tensors[i] for a tensor result,
@@ -260,11 +264,15 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 			return out, fmt.Errorf("%s: ordering argument %s before the call: %w", f.Name, f.Params[i].Name, err)
 		}
 	}
-	fr, _ := f.frames.Get().(*Frame)
+	fr, pooled := a.Frame, false
 	if fr == nil {
-		fr = new(Frame)
+		fr, _ = f.frames.Get().(*Frame)
+		if fr == nil {
+			fr = new(Frame)
+		}
+		pooled = true
 	}
-	defer fr.reset(f)
+	defer fr.reset(f, pooled)
 	fr.S = s
 	for k := range f.Params {
 		p := &f.Params[k]
@@ -301,8 +309,8 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 }
 
 // reset clears what f's call left in fr (no pointer outlives the call in
-// a pooled frame) and gives it back to f's pool.
-func (fr *Frame) reset(f *Func) {
+// a reused frame) and, if it came from f's pool, gives it back.
+func (fr *Frame) reset(f *Func, pooled bool) {
 	fr.S = nil
 	for i := 0; i < f.nin; i++ {
 		fr.V[i], fr.Str[i] = nil, ""
@@ -310,7 +318,9 @@ func (fr *Frame) reset(f *Func) {
 	for i := range f.Results {
 		fr.RV[i], fr.RStr[i] = nil, ""
 	}
-	f.frames.Put(fr)
+	if pooled {
+		f.frames.Put(fr)
+	}
 }
 
 // closeResults closes the result views the body made before it failed.

@@ -120,6 +120,8 @@ def host():
         cells = {
             "dlbridge.ops.gofunc.scale(out, x, 2.0)": lambda: scale(out, x, 2.0),
             "numpy.multiply(x, 2.0, out=out)": lambda: numpy.multiply(x, 2.0, out=out),
+            # As users write it: the attribute reads are part of the call.
+            "dlbridge.ops.gofunc.scale(...) written inline": lambda: dlbridge.ops.gofunc.scale(out, x, 2.0),
         }
         if nothing is not None:
             cells["dlbridge.ops.pytest.nothing() (no argument)"] = nothing
