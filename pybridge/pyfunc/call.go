@@ -25,7 +25,7 @@ type Value struct {
 }
 
 // pyName is how the message names what came: "int 300", "str 'x'".
-func (v Value) pyName() string {
+func (v *Value) pyName() string {
 	switch v.Kind {
 	case IntKind:
 		return fmt.Sprintf("int %d", v.Int)
@@ -51,7 +51,7 @@ func (v Value) pyName() string {
 // store converts v into Go parameter p's slot of fr, or says why not:
 // Python's bool is not a number here, a float is not an integer, and an
 // integer must fit the Go type.
-func (v Value) store(p *Param, fr *Frame) string {
+func (v *Value) store(p *Param, fr *Frame) string {
 	i := p.goIndex
 	switch p.Kind {
 	case BoolKind:
@@ -187,12 +187,15 @@ type Outcome struct {
 	Stream uintptr
 }
 
-// dimBinding is the extent a named dimension took, and from which argument.
+// dimBinding is the extent a named dimension took, and from which
+// argument (its index in f.Params, plus one: 0 while unbound). Small, since
+// a call zeroes a handful of them.
 type dimBinding struct {
 	size int64
-	from string
-	set  bool
+	from int
 }
+
+func (b dimBinding) set() bool { return b.from > 0 }
 
 // Call checks a, orders the arguments' pending writes before the stream,
 // runs the body and collects its results. An error is classified for
@@ -276,7 +279,7 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 	fr.S = s
 	for k := range f.Params {
 		p := &f.Params[k]
-		v := a.Values[k]
+		v := &a.Values[k]
 		switch {
 		case p.Kind == TensorKind:
 			fr.V[p.goIndex] = a.Tensors[k]
@@ -284,7 +287,7 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 		case v.Kind == 0 && !p.HasDefault:
 			return out, TypeErrorf("%s: missing argument %s (%s)", f.Name, p.Name, pyType(p.Kind, p.GoType))
 		case v.Kind == 0:
-			v = p.defValue
+			v = &p.defValue
 		}
 		if msg := v.store(p, fr); msg != "" {
 			if strings.Contains(msg, "out of range") {
@@ -414,11 +417,11 @@ func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error
 			switch {
 			case d.Name != "":
 				b := &binds[p.dimAt[j]]
-				if b.set && b.size != got {
-					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Name, b.size, b.from)
+				if b.set() && b.size != got {
+					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Name, b.size, f.Params[b.from-1].Name)
 				}
-				if !b.set {
-					*b = dimBinding{size: got, from: p.Name, set: true}
+				if !b.set() {
+					*b = dimBinding{size: got, from: f.paramIndex(p) + 1}
 				}
 			case d.Size >= 0 && got != d.Size:
 				return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %d)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Size)
@@ -452,8 +455,8 @@ func (f *Func) want(p *Param, binds []dimBinding) string {
 		if d.Name == "" {
 			continue
 		}
-		if b := binds[p.dimAt[j]]; b.set && b.from != p.Name && !contains(bound, d.Name) {
-			bound = append(bound, fmt.Sprintf("%s=%d from %s", d.Name, b.size, b.from))
+		if b := binds[p.dimAt[j]]; b.set() && f.Params[b.from-1].Name != p.Name && !contains(bound, d.Name) {
+			bound = append(bound, fmt.Sprintf("%s=%d from %s", d.Name, b.size, f.Params[b.from-1].Name))
 		}
 	}
 	if bound != nil {
@@ -541,4 +544,14 @@ func (o *Outcome) closeTensors() {
 			v.Close()
 		}
 	}
+}
+
+// paramIndex is p's index in f.Params (p points into it).
+func (f *Func) paramIndex(p *Param) int {
+	for i := range f.Params {
+		if &f.Params[i] == p {
+			return i
+		}
+	}
+	return -1
 }
