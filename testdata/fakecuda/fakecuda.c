@@ -2133,7 +2133,7 @@ EXPORT CUresult cuLaunchKernel(void *h, unsigned gx, unsigned gy, unsigned gz, u
  * and not yet freed, one word {offset / IPC_ALIGN, pid} per importing
  * process and block (claimed and cleared with atomic operations, by the
  * importer alone; a dead process's entries count for nothing and are taken
- * over): an importer adds its entry at cuMemPoolImportPointer and clears it
+ * over, a zombie's too): an importer adds its entry at cuMemPoolImportPointer and clears it
  * when its free executes. The exporter's free, when it executes (the
  * OP_FREE of cuMemFreeAsync, or cuMemFree), looks for another live
  * process's entry of the block: one is a violation, reported on stderr and
@@ -2189,7 +2189,21 @@ static void ipc_poison(alloc *a) {
     }
 }
 
-static int ipc_gone(int pid);
+/* ipc_dead: process pid is gone or a zombie (killed, not yet reaped: its
+ * mappings were torn down with it). */
+static int ipc_dead(int pid) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *r = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    return r && r[1] == ' ' && (r[2] == 'Z' || r[2] == 'X');
+}
 
 /* The mapping table of pool p (shared by the exporter and its importers). */
 static volatile unsigned long long *ipc_maps(struct fipcpool *p);
@@ -2207,7 +2221,7 @@ static void ipc_mapped(struct fipcpool *p, size_t off) {
         if (__atomic_load_n(&t[i], __ATOMIC_ACQUIRE) == w) return;
     for (int i = 0; i < IPC_MAP_SLOTS; i++) {
         unsigned long long cur = __atomic_load_n(&t[i], __ATOMIC_ACQUIRE);
-        if (cur != 0 && !ipc_gone((int)(cur & 0xffffffffu))) continue;
+        if (cur != 0 && !ipc_dead((int)(cur & 0xffffffffu))) continue;
         if (__atomic_compare_exchange_n(&t[i], &cur, w, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
     }
     static int warned;
@@ -2239,7 +2253,7 @@ static void ipc_check_unmapped(alloc *a) {
     for (int i = 0; i < IPC_MAP_SLOTS; i++) {
         unsigned long long cur = __atomic_load_n(&t[i], __ATOMIC_ACQUIRE);
         int pid = (int)(cur & 0xffffffffu);
-        if (cur == 0 || cur >> 32 != key || pid == me || ipc_gone(pid)) continue;
+        if (cur == 0 || cur >> 32 != key || pid == me || ipc_dead(pid)) continue;
         fprintf(stderr,
                 "fakecuda: cuMemFreeAsync of IPC pool block at offset %zu while process %d still maps it: "
                 "importers must free first\n",

@@ -299,6 +299,25 @@ func (p *Pool) freeableLocked(b *block) bool {
 	return false
 }
 
+// retireFor retires, for peer c only, the cached blocks c maps: c moves
+// from their mappers to unmapping, and the returned requests are the
+// retires to send it. The blocks stay cached for the other peers that map
+// them; one that no peer maps once c answered is freed then (unmapped).
+func (p *Pool) retireFor(c *Conn) []retireReq {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ret []retireReq
+	for _, b := range p.cache {
+		if _, ok := b.mappers[c]; !ok {
+			continue
+		}
+		delete(b.mappers, c)
+		b.unmapping[c] = struct{}{}
+		ret = append(ret, retireReq{b, c})
+	}
+	return ret
+}
+
 // addMapper records that peer c maps b (b was sent to it).
 func (p *Pool) addMapper(b *block, c *Conn) {
 	p.mu.Lock()
