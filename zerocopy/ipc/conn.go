@@ -559,6 +559,21 @@ func (c *Conn) sendRetire(p *Pool, b *block) error {
 	return nil
 }
 
+// unmappedAtEnd: a retire of b could not be sent to the peer, which is
+// closing the connection (it shut its reading side) or gone. Its close
+// frees its mappings before the socket's end, so b counts as unmapped by
+// it when the connection ended (which drops the peer from every block), or
+// after closeRetireWait at the latest, as for a peer that never answers.
+func (c *Conn) unmappedAtEnd(b *block) {
+	t := time.NewTimer(closeRetireWait)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-t.C:
+	}
+	b.pool.unmapped(b, c)
+}
+
 // retiredAnswer: the peer unmapped an allocation we retired, in stream
 // order before the done event h (nil: nothing to wait for). The block's
 // stream waits for it; the block is freed once every peer answered.
@@ -712,9 +727,10 @@ func (c *Conn) retireCached() {
 		return
 	}
 	var keys []unmapKey
+	untold := false // a retire could not be sent: wait for the end
 	for _, r := range ret {
 		if err := c.sendRetire(r.b.pool, r.b); err != nil {
-			r.b.pool.unmapped(r.b, c)
+			untold = true
 			continue
 		}
 		keys = append(keys, unmapKey{pool: r.b.pool.id, data: r.b.data})
@@ -729,7 +745,7 @@ func (c *Conn) retireCached() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for !c.ended && time.Now().Before(deadline) {
-		waiting := false
+		waiting := untold
 		for _, k := range keys {
 			if c.unmaps[k] != nil {
 				waiting = true

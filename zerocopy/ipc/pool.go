@@ -250,16 +250,15 @@ func (p *Pool) retireLocked(b *block, free []*block, ret []retireReq) ([]*block,
 	return free, ret
 }
 
-// finishRetire frees blocks no peer maps and sends the retire messages
-// (a peer that cannot be told counts as having answered: its connection
-// ended, which drops it from every block anyway). Called without p.mu.
+// finishRetire frees blocks no peer maps and sends the retire messages.
+// Called without p.mu.
 func (p *Pool) finishRetire(free []*block, ret []retireReq) {
 	for _, b := range free {
 		p.free(b)
 	}
 	for _, r := range ret {
 		if err := r.c.sendRetire(p, r.b); err != nil {
-			p.unmapped(r.b, r.c)
+			go r.c.unmappedAtEnd(r.b)
 		}
 	}
 }
