@@ -2127,10 +2127,25 @@ EXPORT CUresult cuLaunchKernel(void *h, unsigned gx, unsigned gy, unsigned gz, u
  * allocation that finds no room runs its stream first (the frees queued
  * there give their blocks back) and looks again, as the driver serves an
  * allocation from memory freed earlier in its stream.
+ *
+ * The driver requires every importer's free of a pointer (completed) before
+ * the exporter's. The pool's header keeps a table of the blocks imported
+ * and not yet freed, one word {offset / IPC_ALIGN, pid} per importing
+ * process and block (claimed and cleared with atomic operations, by the
+ * importer alone; a dead process's entries count for nothing and are taken
+ * over, a zombie's too): an importer adds its entry at cuMemPoolImportPointer and clears it
+ * when its free executes. The exporter's free, when it executes (the
+ * OP_FREE of cuMemFreeAsync, or cuMemFree), looks for another live
+ * process's entry of the block: one is a violation, reported on stderr and
+ * counted (fakecuda_ipc_violations), or fatal (abort) with
+ * FAKECUDA_IPC_STRICT=1.
  */
 
-#define IPC_HDR 4096
+#define IPC_HDR 65536
 #define IPC_ALIGN 256
+/* The table of mappings: words after the 64 bytes of the pool's header. */
+#define IPC_MAP_FIRST 8
+#define IPC_MAP_SLOTS (IPC_HDR / 8 - IPC_MAP_FIRST)
 static const char ipc_pool_magic[8] = "FKIPCPOL";
 static const char ipc_ptr_magic[8] = "FKIPCPTR";
 static const char ipc_ev_magic[8] = "FKIPCEVT";
@@ -2151,6 +2166,10 @@ typedef struct fipcpool {
     long reused; /* allocations served by a block whose free was pending on their stream */
 } fipcpool;
 
+static volatile unsigned long long *ipc_maps(fipcpool *p) {
+    return (volatile unsigned long long *)(p->base - IPC_HDR) + IPC_MAP_FIRST;
+}
+
 static fpool *ipc_pool_acct(void *h) {
     fipcpool *p = reg_find(h, H_POOL);
     return p ? &p->acct : NULL;
@@ -2161,8 +2180,91 @@ static fpool *ipc_pool_acct(void *h) {
  * again, in this process and in every process that still maps it, as memory
  * that another allocation reused would. So a peer that reads after the
  * producer's free ran sees it: the free must wait for the peer's "done". */
+static void ipc_check_unmapped(alloc *a);
+
 static void ipc_poison(alloc *a) {
-    if (a->ipool && !a->ipc_imported) memset((void *)a->base, 0xdd, a->size);
+    if (a->ipool && !a->ipc_imported) {
+        ipc_check_unmapped(a);
+        memset((void *)a->base, 0xdd, a->size);
+    }
+}
+
+/* ipc_dead: process pid is gone or a zombie (killed, not yet reaped: its
+ * mappings were torn down with it). */
+static int ipc_dead(int pid) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *r = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    return r && r[1] == ' ' && (r[2] == 'Z' || r[2] == 'X');
+}
+
+/* The mapping table of pool p (shared by the exporter and its importers). */
+static volatile unsigned long long *ipc_maps(struct fipcpool *p);
+
+static unsigned long long ipc_map_word(size_t off, int pid) {
+    return (unsigned long long)(off / IPC_ALIGN + 1) << 32 | (unsigned)pid;
+}
+
+/* ipc_mapped records that this process maps the block at off of imported
+ * pool p (once: an entry already there stays). */
+static void ipc_mapped(struct fipcpool *p, size_t off) {
+    volatile unsigned long long *t = ipc_maps(p);
+    unsigned long long w = ipc_map_word(off, getpid());
+    for (int i = 0; i < IPC_MAP_SLOTS; i++)
+        if (__atomic_load_n(&t[i], __ATOMIC_ACQUIRE) == w) return;
+    for (int i = 0; i < IPC_MAP_SLOTS; i++) {
+        unsigned long long cur = __atomic_load_n(&t[i], __ATOMIC_ACQUIRE);
+        if (cur != 0 && !ipc_dead((int)(cur & 0xffffffffu))) continue;
+        if (__atomic_compare_exchange_n(&t[i], &cur, w, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+    }
+    static int warned;
+    if (!warned++) fprintf(stderr, "fakecuda: the mapping table of an IPC pool is full: mappings go unchecked\n");
+}
+
+/* ipc_unmapped: this process's free of the block at off of imported pool p
+ * executes. */
+static void ipc_unmapped(struct fipcpool *p, size_t off) {
+    volatile unsigned long long *t = ipc_maps(p);
+    unsigned long long w = ipc_map_word(off, getpid());
+    for (int i = 0; i < IPC_MAP_SLOTS; i++) {
+        unsigned long long cur = w;
+        if (__atomic_compare_exchange_n(&t[i], &cur, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+    }
+}
+
+static long ipc_violations;
+static int ipc_strict = -1;
+
+/* ipc_check_unmapped: the exporter's free of a (a block of its IPC pool)
+ * executes: no other live process may map it still. */
+static void ipc_check_unmapped(alloc *a) {
+    fipcpool *p = a->ipool;
+    volatile unsigned long long *t = ipc_maps(p);
+    size_t off = a->base - (uintptr_t)p->base;
+    unsigned long long key = ipc_map_word(off, 0) >> 32;
+    int me = getpid();
+    for (int i = 0; i < IPC_MAP_SLOTS; i++) {
+        unsigned long long cur = __atomic_load_n(&t[i], __ATOMIC_ACQUIRE);
+        int pid = (int)(cur & 0xffffffffu);
+        if (cur == 0 || cur >> 32 != key || pid == me || ipc_dead(pid)) continue;
+        fprintf(stderr,
+                "fakecuda: cuMemFreeAsync of IPC pool block at offset %zu while process %d still maps it: "
+                "importers must free first\n",
+                off, pid);
+        ipc_violations++;
+        if (ipc_strict < 0) {
+            const char *v = getenv("FAKECUDA_IPC_STRICT");
+            ipc_strict = v && atoi(v) ? 1 : 0;
+        }
+        if (ipc_strict) abort();
+    }
 }
 
 /* ipc_del_alloc gives an allocation of an IPC pool back to it (answers 1),
@@ -2170,8 +2272,11 @@ static void ipc_poison(alloc *a) {
 static int ipc_del_alloc(alloc *a) {
     if (!a->ipool) return 0;
     fipcpool *p = a->ipool;
-    if (a->ipc_imported) return 1;
     size_t off = a->base - (uintptr_t)p->base;
+    if (a->ipc_imported) {
+        ipc_unmapped(p, off);
+        return 1;
+    }
     for (int i = 0; i < p->nblocks; i++)
         if (p->blocks[i].off == off && p->blocks[i].used) {
             p->blocks[i].used = 0;
@@ -2399,6 +2504,7 @@ EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr, void *h, const void *da
     a->dev = p->acct.dev;
     a->ipool = p;
     a->ipc_imported = 1;
+    ipc_mapped(p, d[2]);
     *ptr = (CUdeviceptr)base;
     RETURN(0);
 }
@@ -2603,6 +2709,16 @@ EXPORT long fakecuda_ipc_pool_reused(void *h) {
     pthread_mutex_lock(&mu);
     fipcpool *p = reg_find(h, H_POOL);
     long n = p ? p->reused : -1;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+/* fakecuda_ipc_violations: frees of IPC pool blocks by this process (the
+ * exporter) that executed while another live process still mapped the
+ * block. */
+EXPORT int fakecuda_ipc_violations(void) {
+    pthread_mutex_lock(&mu);
+    int n = (int)ipc_violations;
     pthread_mutex_unlock(&mu);
     return n;
 }

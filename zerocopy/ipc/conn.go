@@ -559,6 +559,21 @@ func (c *Conn) sendRetire(p *Pool, b *block) error {
 	return nil
 }
 
+// unmappedAtEnd: a retire of b could not be sent to the peer, which is
+// closing the connection (it shut its reading side) or gone. Its close
+// frees its mappings before the socket's end, so b counts as unmapped by
+// it when the connection ended (which drops the peer from every block), or
+// after closeRetireWait at the latest, as for a peer that never answers.
+func (c *Conn) unmappedAtEnd(b *block) {
+	t := time.NewTimer(closeRetireWait)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-t.C:
+	}
+	b.pool.unmapped(b, c)
+}
+
 // retiredAnswer: the peer unmapped an allocation we retired, in stream
 // order before the done event h (nil: nothing to wait for). The block's
 // stream waits for it; the block is freed once every peer answered.
@@ -575,6 +590,9 @@ func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
 		err = c.waitDone(b, *h)
 	}
 	b.pool.unmapped(b, c)
+	c.mu.Lock()
+	c.qcond.Broadcast() // a Close waiting for its retires' answers
+	c.mu.Unlock()
 	return err
 }
 
@@ -650,10 +668,22 @@ func (c *Conn) end(err error) {
 	c.imp.peerGone()
 }
 
-// Close ends the connection. Leases the peer holds are given back (as if
-// it had died); views received over c stay valid, and the socket is
-// closed once the last of them is closed (so that their releases still
-// reach the peer).
+// closeRetireWait bounds how long Close waits for the peer's answers to
+// the retires of the cached allocations it maps: a peer that is alive but
+// frozen (stopped, or its reader stuck) must not hang Close forever. Past
+// it, the connection ends as if the peer had died, and the allocations are
+// freed without its unmap.
+const closeRetireWait = 2 * time.Second
+
+// Close ends the connection. The idle (cached) allocations of our pools
+// that the peer keeps mapped are retired for this peer first: it unmaps
+// them and answers, and Close waits for the answers (up to
+// closeRetireWait, or until the connection ends), so that each is freed,
+// if no other peer maps it, after the peer's unmap, as the driver
+// requires. Leases the peer holds are given back (as if it had died): close
+// after the peer gave them back. Views received over c stay valid, and the
+// socket is closed once the last of them is closed (so that their releases
+// still reach the peer).
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closing {
@@ -665,6 +695,7 @@ func (c *Conn) Close() error {
 	c.queue = nil
 	c.qcond.Broadcast()
 	c.mu.Unlock()
+	c.retireCached()
 	// Tensors received but never taken go back now.
 	for _, r := range queued {
 		if r.v != nil {
@@ -675,8 +706,65 @@ func (c *Conn) Close() error {
 	return nil
 }
 
+// retireCached retires, for this peer only, the idle allocations of our
+// pools it keeps mapped (the peer is moved from their mappers to
+// unmapping; other peers keep theirs) and waits until the peer answered
+// each retire, the connection ended, or closeRetireWait passed. An
+// allocation no peer maps any more is freed when the answer comes (or the
+// connection ends).
+func (c *Conn) retireCached() {
+	c.mu.Lock()
+	var pools []*Pool
+	for p := range c.mapPools {
+		pools = append(pools, p)
+	}
+	c.mu.Unlock()
+	var ret []retireReq
+	for _, p := range pools {
+		ret = append(ret, p.retireFor(c)...)
+	}
+	if len(ret) == 0 {
+		return
+	}
+	var keys []unmapKey
+	untold := false // a retire could not be sent: wait for the end
+	for _, r := range ret {
+		if err := c.sendRetire(r.b.pool, r.b); err != nil {
+			untold = true
+			continue
+		}
+		keys = append(keys, unmapKey{pool: r.b.pool.id, data: r.b.data})
+	}
+	deadline := time.Now().Add(closeRetireWait)
+	t := time.AfterFunc(closeRetireWait, func() {
+		c.mu.Lock()
+		c.qcond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer t.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.ended && time.Now().Before(deadline) {
+		waiting := untold
+		for _, k := range keys {
+			if c.unmaps[k] != nil {
+				waiting = true
+				break
+			}
+		}
+		if !waiting {
+			return
+		}
+		c.qcond.Wait()
+	}
+}
+
 // maybeClose closes the socket once Close was called and no import is
-// open.
+// open. The socket's reading side is shut first: the reader takes what is
+// queued (answering retires) and stops, the mappings kept here are freed
+// (in stream order, and the streams synchronized), and only then does the
+// peer see the end: it may free its allocations then, after our unmaps,
+// as the driver requires.
 func (c *Conn) maybeClose() {
 	c.mu.Lock()
 	if !c.closing || c.closed || c.imp.openViews() > 0 {
@@ -685,9 +773,12 @@ func (c *Conn) maybeClose() {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	c.uc.Close()
+	if err := c.uc.CloseRead(); err != nil {
+		c.uc.Close()
+	}
 	<-c.exited
 	c.imp.close()
+	c.uc.Close()
 }
 
 func closeFD(fd int) { syscall.Close(fd) }

@@ -212,12 +212,12 @@ func TestExchange(t *testing.T) {
 		t.Fatalf("consumer: %v", err)
 	}
 	waitFor(t, "every lease back", func() bool { return peer.Leases() == 0 })
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if pool.Live() != 0 || usedBytes(t, pool) != base {
-		t.Errorf("after the exchange: %d allocations live, %d bytes used (baseline %d)", pool.Live(), usedBytes(t, pool), base)
-	}
+	// The consumer closed after its unmaps; the allocations it kept mapped
+	// are freed once its connection's end reached this side.
+	waitFor(t, "the pool's baseline", func() bool {
+		s.Synchronize()
+		return pool.Live() == 0 && usedBytes(t, pool) == base
+	})
 	peer.Close()
 }
 
@@ -737,6 +737,115 @@ func TestRecycleLimit(t *testing.T) {
 	stdins[cmd].Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("consumer: %v", err)
+	}
+}
+
+// violations is the fake driver's count of this process's frees of IPC
+// pool blocks that ran while another live process still mapped them.
+func violations(t *testing.T) int {
+	t.Helper()
+	r, err := fakecuda.Call(fakeLib, "fakecuda_ipc_violations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(int32(r))
+}
+
+// TestCloseRetiresCached: the producer closes its connection to a consumer
+// that is alive and keeps cached allocations mapped. Close retires them for
+// that peer and waits for its answers, so each is freed after the
+// consumer's unmap (the fake driver counts a free that runs while another
+// process maps the block); an allocation another consumer maps stays
+// cached for it. Then Trim brings the pool back to its baseline.
+func TestCloseRetiresCached(t *testing.T) {
+	needFake(t)
+	const n = 3
+	pool, base, ln, sock := producerSide(t, 16<<20)
+	var peers []*ipc.Conn
+	var cmds []*exec.Cmd
+	var outs []<-chan string
+	for i := 0; i < 2; i++ {
+		cmd, lines := startChild(t, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n-i))
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		peer, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { peer.Close() })
+		peers, cmds, outs = append(peers, peer), append(cmds, cmd), append(outs, lines)
+	}
+	before := violations(t)
+	s := pool.Stream()
+	// Tensor i (n distinct sizes, so that each stays cached) goes to both
+	// consumers, except the last one: only to the first.
+	for i := 0; i < n; i++ {
+		v, err := pool.Alloc(s, dlpack.Uint32Type, int64(1000*(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, v, 1000+uint32(i))
+		to := peers
+		if i == n-1 {
+			to = peers[:1]
+		}
+		for _, p := range to {
+			if err := p.Send(pool, v, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v.Close()
+	}
+	for i, want := range []int{n, n - 1} {
+		if got := expectLine(t, outs[i], "imports"); got != fmt.Sprintf("%d %d", want, want) {
+			t.Fatalf("consumer %d's imports and mappings: %s, want %d %d", i, got, want, want)
+		}
+	}
+	waitFor(t, "the leases back", func() bool { return peers[0].Leases() == 0 && peers[1].Leases() == 0 })
+	if c, _ := pool.Cached(); c != n {
+		t.Fatalf("%d cached, want %d", c, n)
+	}
+	if err := peers[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The frees queued by Close run now, while the first consumer lives.
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if got := violations(t) - before; got != 0 {
+		t.Errorf("%d frees ran while the consumer still mapped the block: Close freed before the peer's unmap", got)
+	}
+	if cmds[0].ProcessState != nil {
+		t.Fatalf("the first consumer exited early")
+	}
+	if got := askMapped(t, cmds[0], outs[0]); got != "0" {
+		t.Errorf("after the producer's Close the first consumer keeps %s mappings, want 0", got)
+	}
+	if c, _ := pool.Cached(); c != n-1 {
+		t.Errorf("after Close: %d cached, want %d (the ones the other consumer maps)", c, n-1)
+	}
+	if got := askMapped(t, cmds[1], outs[1]); got != strconv.Itoa(n-1) {
+		t.Errorf("after the producer closed the other connection the second consumer keeps %s mappings, want %d", got, n-1)
+	}
+	if err := pool.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := pool.Cached(); c != 0 || pool.Live() != 0 || usedBytes(t, pool) != base {
+		t.Errorf("after Trim: %d cached, %d live, %d bytes used (baseline %d)", c, pool.Live(), usedBytes(t, pool), base)
+	}
+	if got := violations(t) - before; got != 0 {
+		t.Errorf("%d frees ran while a consumer still mapped the block", got)
+	}
+	if got := askMapped(t, cmds[1], outs[1]); got != "0" {
+		t.Errorf("after Trim the second consumer keeps %s mappings, want 0", got)
+	}
+	for _, cmd := range cmds {
+		stdins[cmd].Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("consumer: %v", err)
+		}
 	}
 }
 

@@ -250,16 +250,15 @@ func (p *Pool) retireLocked(b *block, free []*block, ret []retireReq) ([]*block,
 	return free, ret
 }
 
-// finishRetire frees blocks no peer maps and sends the retire messages
-// (a peer that cannot be told counts as having answered: its connection
-// ended, which drops it from every block anyway). Called without p.mu.
+// finishRetire frees blocks no peer maps and sends the retire messages.
+// Called without p.mu.
 func (p *Pool) finishRetire(free []*block, ret []retireReq) {
 	for _, b := range free {
 		p.free(b)
 	}
 	for _, r := range ret {
 		if err := r.c.sendRetire(p, r.b); err != nil {
-			p.unmapped(r.b, r.c)
+			go r.c.unmappedAtEnd(r.b)
 		}
 	}
 }
@@ -297,6 +296,25 @@ func (p *Pool) freeableLocked(b *block) bool {
 		}
 	}
 	return false
+}
+
+// retireFor retires, for peer c only, the cached blocks c maps: c moves
+// from their mappers to unmapping, and the returned requests are the
+// retires to send it. The blocks stay cached for the other peers that map
+// them; one that no peer maps once c answered is freed then (unmapped).
+func (p *Pool) retireFor(c *Conn) []retireReq {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ret []retireReq
+	for _, b := range p.cache {
+		if _, ok := b.mappers[c]; !ok {
+			continue
+		}
+		delete(b.mappers, c)
+		b.unmapping[c] = struct{}{}
+		ret = append(ret, retireReq{b, c})
+	}
+	return ret
 }
 
 // addMapper records that peer c maps b (b was sent to it).

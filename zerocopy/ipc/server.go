@@ -174,8 +174,15 @@ func (s *Server) Close() error {
 	for _, o := range offers {
 		o.v.Close()
 	}
+	// At once: each Close may wait for its peer's answers to retires.
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Close()
+		}()
 	}
+	wg.Wait()
 	return err
 }
