@@ -66,7 +66,11 @@ def _consumer(mode, sock, n, env=None, stdin=None):
 
 
 def _run_go(producer, sock, consumer_mode, n, window=8, producer_env=None, kill=False):
-    prod = _start([producer, "-sock", sock, "-n", str(n), "-elems", "1024", "-window", str(window)], producer_env)
+    # The fake aborts a Go producer that frees a block a consumer still
+    # maps (the driver's rule: importers free first), unless a control
+    # drops that order on purpose.
+    env = dict({"FAKECUDA_IPC_STRICT": "1"}, **(producer_env or {}))
+    prod = _start([producer, "-sock", sock, "-n", str(n), "-elems", "1024", "-window", str(window)], env)
     base = int(_line(prod, "baseline")[0])
     cons = _consumer(consumer_mode, sock, n)
     try:
