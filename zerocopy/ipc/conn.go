@@ -563,9 +563,9 @@ func (c *Conn) sendRetire(p *Pool, b *block) error {
 // closing the connection (it shut its reading side) or gone. Its close
 // frees its mappings before the socket's end, so b counts as unmapped by
 // it when the connection ended (which drops the peer from every block), or
-// after closeRetireWait at the latest, as for a peer that never answers.
+// after retireWait at the latest, as for a peer that never answers.
 func (c *Conn) unmappedAtEnd(b *block) {
-	t := time.NewTimer(closeRetireWait)
+	t := time.NewTimer(retireWait)
 	defer t.Stop()
 	select {
 	case <-c.exited:
@@ -668,17 +668,18 @@ func (c *Conn) end(err error) {
 	c.imp.peerGone()
 }
 
-// closeRetireWait bounds how long Close waits for the peer's answers to
-// the retires of the cached allocations it maps: a peer that is alive but
-// frozen (stopped, or its reader stuck) must not hang Close forever. Past
-// it, the connection ends as if the peer had died, and the allocations are
-// freed without its unmap.
-const closeRetireWait = 2 * time.Second
+// retireWait bounds how long a call waits for peers' answers to retires:
+// a peer that is alive but frozen (stopped, or its reader stuck) must not
+// hang the producer. Past it, Close ends the connection as if the peer had
+// died (the allocations are freed without its unmap); Trim and an Alloc at
+// the limit return an error and leave the allocations retired, to be freed
+// when the peer answers or its connection ends.
+const retireWait = 2 * time.Second
 
 // Close ends the connection. The idle (cached) allocations of our pools
 // that the peer keeps mapped are retired for this peer first: it unmaps
 // them and answers, and Close waits for the answers (up to
-// closeRetireWait, or until the connection ends), so that each is freed,
+// retireWait, or until the connection ends), so that each is freed,
 // if no other peer maps it, after the peer's unmap, as the driver
 // requires. Leases the peer holds are given back (as if it had died): close
 // after the peer gave them back. Views received over c stay valid, and the
@@ -709,7 +710,7 @@ func (c *Conn) Close() error {
 // retireCached retires, for this peer only, the idle allocations of our
 // pools it keeps mapped (the peer is moved from their mappers to
 // unmapping; other peers keep theirs) and waits until the peer answered
-// each retire, the connection ended, or closeRetireWait passed. An
+// each retire, the connection ended, or retireWait passed. An
 // allocation no peer maps any more is freed when the answer comes (or the
 // connection ends).
 func (c *Conn) retireCached() {
@@ -735,8 +736,8 @@ func (c *Conn) retireCached() {
 		}
 		keys = append(keys, unmapKey{pool: r.b.pool.id, data: r.b.data})
 	}
-	deadline := time.Now().Add(closeRetireWait)
-	t := time.AfterFunc(closeRetireWait, func() {
+	deadline := time.Now().Add(retireWait)
+	t := time.AfterFunc(retireWait, func() {
 		c.mu.Lock()
 		c.qcond.Broadcast()
 		c.mu.Unlock()

@@ -1138,3 +1138,55 @@ func FuzzDescriptor(f *testing.F) {
 		}
 	})
 }
+
+// TestTrimFrozenPeer: Trim does not hang on a consumer that is alive but
+// stopped. It returns an error that says so within about retireWait, and
+// leaves the allocation retired: not freed while the consumer may map it,
+// freed once the consumer runs again and answers.
+func TestTrimFrozenPeer(t *testing.T) {
+	needCUDA(t)
+	pool, base, peer, cmd, lines := recycleSide(t, 16<<20, 1)
+	s := pool.Stream()
+	sendRecycled(t, pool, peer, s, 4096, 1000)
+	waitFor(t, "the lease back", func() bool { return peer.Leases() == 0 })
+	expectLine(t, lines, "imports")
+	if c, _ := pool.Cached(); c != 1 {
+		t.Fatalf("%d cached, want 1", c)
+	}
+	before := violations(t)
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	err := pool.Trim()
+	took := time.Since(t0)
+	if err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Errorf("Trim with a stopped peer: %v, want an error saying it did not answer", err)
+	}
+	if took > 20*time.Second {
+		t.Errorf("Trim took %v with a stopped peer", took)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := pool.Cached(); c != 0 || usedBytes(t, pool) == base {
+		t.Errorf("while the peer is stopped: %d cached, %d bytes used (baseline %d): want the allocation retired, not freed", c, usedBytes(t, pool), base)
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool's baseline", func() bool {
+		s.Synchronize()
+		return usedBytes(t, pool) == base
+	})
+	if got := askMapped(t, cmd, lines); got != "0" {
+		t.Errorf("the consumer keeps %s mappings after answering, want 0", got)
+	}
+	if got := violations(t) - before; got != 0 {
+		t.Errorf("%d frees ran while the consumer mapped the block", got)
+	}
+	stdins[cmd].Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/dlbridge/dlbridge/dlpack"
@@ -195,7 +196,10 @@ func (p *Pool) Cached() (n int, bytes int64) {
 // unmaps it, in stream order, and answers) and freed once its peers
 // answered or went away; Trim returns when that is done. Allocations in use
 // stay. The memory goes back to the pool (Usage's used bytes fall; the
-// reserved ones stay up to the pool's release threshold).
+// reserved ones stay up to the pool's release threshold). A peer that does
+// not answer within retireWait (2 s: stopped, or stuck) makes Trim return
+// an error; its allocations stay retired and are freed when it answers or
+// its connection ends, never while it may still map them.
 func (p *Pool) Trim() error {
 	p.mu.Lock()
 	if p.closed {
@@ -203,13 +207,16 @@ func (p *Pool) Trim() error {
 		return fmt.Errorf("ipc: Pool.Trim: %w", ErrClosed)
 	}
 	p.mu.Unlock()
-	p.retireAll()
+	if n, bytes := p.retireAll(); n > 0 {
+		return fmt.Errorf("ipc: Pool.Trim: %d allocations (%d bytes) wait for peers that did not answer their retire within %v; they are freed once the peers answer or their connections end", n, bytes, retireWait)
+	}
 	return nil
 }
 
 // retireAll retires every cached block and waits until every retired block
-// was freed.
-func (p *Pool) retireAll() {
+// was freed, or retireWait passed: then it reports the blocks still
+// retiring.
+func (p *Pool) retireAll() (n int, bytes int64) {
 	p.mu.Lock()
 	var free []*block
 	var ret []retireReq
@@ -219,11 +226,33 @@ func (p *Pool) retireAll() {
 	p.cache = nil
 	p.mu.Unlock()
 	p.finishRetire(free, ret)
+	deadline := time.Now().Add(retireWait)
 	p.mu.Lock()
-	for len(p.retiring) > 0 {
-		p.freed.Wait()
+	defer p.mu.Unlock()
+	for len(p.retiring) > 0 && p.waitFreedLocked(deadline) {
 	}
-	p.mu.Unlock()
+	for b := range p.retiring {
+		n, bytes = n+1, bytes+b.size
+	}
+	return n, bytes
+}
+
+// waitFreedLocked waits, with p.mu held, until a retired block is freed
+// (or anything else broadcasts p.freed) or deadline comes; false once it
+// has passed.
+func (p *Pool) waitFreedLocked(deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	t := time.AfterFunc(d, func() {
+		p.mu.Lock()
+		p.freed.Broadcast()
+		p.mu.Unlock()
+	})
+	p.freed.Wait()
+	t.Stop()
+	return true
 }
 
 // retireReq is a retire message to send: peer c is to unmap b.
@@ -387,6 +416,7 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 	u := &use{}
 	// The limit is kept here too: the driver (580, H100) handed out more
 	// than a pool's maxSize.
+	var deadline time.Time // for the peers' answers, once a wait for them began
 	p.mu.Lock()
 	for {
 		if p.closed {
@@ -443,7 +473,14 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 			p.mu.Unlock()
 			return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit", dt, shape, ErrPoolFull, inUse, p.limit)
 		}
-		p.freed.Wait()
+		if deadline.IsZero() {
+			deadline = time.Now().Add(retireWait)
+		}
+		if !p.waitFreedLocked(deadline) {
+			inUse := p.inUse
+			p.mu.Unlock()
+			return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit, %d allocations retired to make room wait for peers that did not answer within %v", dt, shape, ErrPoolFull, inUse, p.limit, len(p.retiring), retireWait)
+		}
 	}
 	p.mu.Unlock()
 	ptr, err := s.MemAllocFromPoolAsync(p.mp, size)
