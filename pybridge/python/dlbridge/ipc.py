@@ -328,10 +328,17 @@ class Serving(Listener):
         if self._accepter is not threading.current_thread():
             self._accepter.join(timeout)
         with self._lock:
-            for c in self._conns:
-                c.close()  # the peer's leases end; a handler's recv raises EOFError
+            conns = list(self._conns)
             self._conns.clear()
             threads = [t for t in self._threads if t is not threading.current_thread()]
+        # The peer's leases end and a handler's recv raises EOFError. Each
+        # close may wait (2 s at most) for its peer's answers to retires:
+        # side by side, so that frozen peers do not add up.
+        closers = [threading.Thread(target=c.close, daemon=True) for c in conns]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join()
         for t in threads:
             t.join(timeout)
 
