@@ -41,6 +41,15 @@ import (
 //	           event's handle (64): the importer's unmap is queued before
 //	           that event's record (has-event 0: nothing to wait for, as
 //	           for an allocation it did not map).
+//	msgBye     nothing: the sender sends no more tensors (it called Close).
+//	           The connection stays open for what is still to come back:
+//	           the receiver's releases (with their done events) and
+//	           answers to retires. The receiver's Recv returns io.EOF once
+//	           its queue is empty; it closes its end once the last view
+//	           received over the connection is closed and it has nothing
+//	           leased out to the sender, the sender closes its end once
+//	           the receiver gave every lease back (or when the receiver's
+//	           end arrives).
 const (
 	msgPool    = 1
 	msgTensor  = 2
@@ -49,6 +58,7 @@ const (
 	msgRefuse  = 5
 	msgRetire  = 6
 	msgRetired = 7
+	msgBye     = 8
 )
 
 // unmapKey names an allocation on the wire: its pool and export data.
@@ -77,7 +87,9 @@ type Conn struct {
 	doneOpen  map[cuda.IPCEventHandle]*cuda.Event // the peer's done events, opened here
 	err       error                               // why the connection ended
 	imp       *importer
-	closing   bool // Close was called: close the socket when no import is open
+	closing   bool // Close was called: close the socket when nothing is left to come back
+	bye       bool // the peer sent msgBye: no more tensors from it
+	shutting  bool // the socket's close has begun (retires for the peer first)
 	closed    bool
 
 	claims  map[uint64]chan claimResult // Claim calls waiting for their answer
@@ -238,7 +250,7 @@ func (c *Conn) send(p *Pool, v *zerocopy.View, s *cuda.Stream, tag uint64) error
 		return err
 	}
 	c.mu.Lock()
-	if c.closed || c.closing || c.err != nil {
+	if c.closed || c.closing || c.shutting || c.err != nil {
 		err := c.err
 		c.mu.Unlock()
 		l.end()
@@ -306,17 +318,22 @@ func (c *Conn) Leases() int {
 // for the peer's "ready" event, so work ordered after the view (CopyCUDA,
 // OrderBefore, DLPack consumers) never reads early. Close it when done:
 // that gives the lease back, ordered after the work queued on the view's
-// stream. Recv fails with io.EOF once the peer closed the connection or
-// died.
+// stream. Recv fails with io.EOF once the peer closed the connection,
+// died, or said it sends no more (its Close: the views received stay
+// valid and their releases still reach it), and with ErrClosed after
+// Close.
 func (c *Conn) Recv() (*zerocopy.View, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.queue) == 0 && !c.ended && !c.closing {
+	for len(c.queue) == 0 && !c.ended && !c.closing && !c.bye {
 		c.qcond.Wait()
 	}
 	if len(c.queue) == 0 {
 		if c.err != nil {
 			return nil, c.err
+		}
+		if c.bye && !c.closing {
+			return nil, io.EOF
 		}
 		return nil, fmt.Errorf("ipc: Recv: %w", ErrClosed)
 	}
@@ -355,6 +372,14 @@ func (c *Conn) read() {
 		}
 	}
 	c.end(err)
+	c.mu.Lock()
+	after := c.closing || c.bye
+	c.mu.Unlock()
+	if after {
+		// A closing side whose peer's end came before its leases: the
+		// socket closes now (not here: that waits for this reader).
+		go c.maybeClose()
+	}
 }
 
 func parseFDs(oob []byte) []int {
@@ -413,7 +438,9 @@ func (c *Conn) handle(m []byte, fds []int) error {
 		if c.closing {
 			c.mu.Unlock()
 			if v != nil {
-				v.Close()
+				// Not on the reader: its release may close the socket,
+				// which waits for the reader.
+				go v.Close()
 			}
 			return nil
 		}
@@ -461,6 +488,16 @@ func (c *Conn) handle(m []byte, fds []int) error {
 			copy(h[:], m[82:146])
 		}
 		return c.retiredAnswer(k, h)
+	case msgBye:
+		if len(m) != 1 || len(fds) != 0 {
+			return fmt.Errorf("ipc: malformed bye message (%d bytes)", len(m))
+		}
+		c.mu.Lock()
+		c.bye = true
+		c.qcond.Broadcast()
+		c.mu.Unlock()
+		go c.maybeClose()
+		return nil
 	case msgRelease:
 		if len(m) != 74 || len(fds) != 0 {
 			return fmt.Errorf("ipc: malformed release message (%d bytes)", len(m))
@@ -493,7 +530,11 @@ func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
 			delete(c.leases, lease)
 			l.end()
 		}
+		after := c.closing || c.bye
 		c.mu.Unlock()
+		if after {
+			go c.maybeClose() // the last lease back may close the socket
+		}
 	}()
 	if h == nil {
 		return nil
@@ -592,7 +633,11 @@ func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
 	b.pool.unmapped(b, c)
 	c.mu.Lock()
 	c.qcond.Broadcast() // a Close waiting for its retires' answers
+	after := (c.closing || c.bye) && !c.shutting
 	c.mu.Unlock()
+	if after {
+		go c.maybeClose()
+	}
 	return err
 }
 
@@ -628,7 +673,7 @@ func (c *Conn) end(err error) {
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		err = io.EOF
 	}
-	if c.closed {
+	if c.closed && c.closing {
 		err = fmt.Errorf("ipc: %w", ErrClosed)
 	}
 	c.err = err
@@ -670,21 +715,28 @@ func (c *Conn) end(err error) {
 
 // retireWait bounds how long a call waits for peers' answers to retires:
 // a peer that is alive but frozen (stopped, or its reader stuck) must not
-// hang the producer. Past it, Close ends the connection as if the peer had
-// died (the allocations are freed without its unmap); Trim and an Alloc at
-// the limit return an error and leave the allocations retired, to be freed
-// when the peer answers or its connection ends.
+// hang the producer. Past it, Close returns, Trim and an Alloc at the limit
+// return an error; the allocations stay retired, to be freed when the peer
+// answers or its connection ends (the socket of a closed connection stays
+// open until then).
 const retireWait = 2 * time.Second
 
-// Close ends the connection. The idle (cached) allocations of our pools
-// that the peer keeps mapped are retired for this peer first: it unmaps
-// them and answers, and Close waits for the answers (up to
-// retireWait, or until the connection ends), so that each is freed,
-// if no other peer maps it, after the peer's unmap, as the driver
-// requires. Leases the peer holds are given back (as if it had died): close
-// after the peer gave them back. Views received over c stay valid, and the
-// socket is closed once the last of them is closed (so that their releases
-// still reach the peer).
+// Close ends the connection gracefully and returns without waiting for
+// the peer. The idle (cached) allocations of our pools that the peer keeps
+// mapped are retired for this peer first: it unmaps them and answers, and
+// Close waits for the answers (up to retireWait, or until the connection
+// ends), so that each is freed, if no other peer maps it, after the peer's
+// unmap, as the driver requires. Then the peer is told that no more
+// tensors come (msgBye: its Recv returns io.EOF once its queue is empty),
+// tensors received and not taken by Recv are closed, and nothing more is
+// sent. Leases the peer still holds do not end: the connection stays open
+// in the background until the peer gave every one of them back (each
+// release ordered after its done event, as usual), the allocations cached
+// meanwhile were retired for it, and the views received over c are
+// closed; then the socket closes. If the peer closes or dies first, its
+// end closes the socket and ends what it held, as it does without Close.
+// A peer that never gives its tensors back keeps their memory allocated
+// until it does or goes away. Done tells when the connection ended.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closing {
@@ -697,6 +749,7 @@ func (c *Conn) Close() error {
 	c.qcond.Broadcast()
 	c.mu.Unlock()
 	c.retireCached()
+	c.sendBye()
 	// Tensors received but never taken go back now.
 	for _, r := range queued {
 		if r.v != nil {
@@ -705,6 +758,21 @@ func (c *Conn) Close() error {
 	}
 	c.maybeClose()
 	return nil
+}
+
+// Done is closed once the connection has ended: its reader stopped (the
+// peer closed or died, or the socket closed after Close once nothing was
+// left to come back), and every lease the peer held ended.
+func (c *Conn) Done() <-chan struct{} { return c.exited }
+
+// sendBye tells the peer that no more tensors come from this side.
+func (c *Conn) sendBye() {
+	c.mu.Lock()
+	skip := c.ended || c.closed || c.shutting
+	c.mu.Unlock()
+	if !skip {
+		c.write([]byte{msgBye}, -1)
+	}
 }
 
 // retireCached retires, for this peer only, the idle allocations of our
@@ -760,15 +828,46 @@ func (c *Conn) retireCached() {
 	}
 }
 
-// maybeClose closes the socket once Close was called and no import is
-// open. The socket's reading side is shut first: the reader takes what is
-// queued (answering retires) and stops, the mappings kept here are freed
-// (in stream order, and the streams synchronized), and only then does the
+// closeReady reports whether the socket may close: Close was called or the
+// peer said bye, no view received over c is open, and, unless the
+// connection ended already, the peer holds no lease and no retire awaits
+// its answer. Called with c.mu held.
+func (c *Conn) closeReady() bool {
+	if !c.closing && !c.bye {
+		return false
+	}
+	if c.imp.openViews() > 0 {
+		return false
+	}
+	return c.ended || (len(c.leases) == 0 && len(c.unmaps) == 0)
+}
+
+// maybeClose closes the socket once closeReady. The idle allocations the
+// peer keeps mapped (cached since Close, or all of them on the side that
+// got the peer's bye) are retired for it first, as Close does. The
+// socket's reading side is shut next: the reader takes what is queued
+// (answering retires) and stops, the mappings kept here are freed (in
+// stream order, and the streams synchronized), and only then does the
 // peer see the end: it may free its allocations then, after our unmaps,
 // as the driver requires.
 func (c *Conn) maybeClose() {
 	c.mu.Lock()
-	if !c.closing || c.closed || c.imp.openViews() > 0 {
+	if c.shutting || c.closed || !c.closeReady() {
+		c.mu.Unlock()
+		return
+	}
+	c.shutting = true // no lease is added from now on (Send refuses)
+	ended := c.ended
+	c.mu.Unlock()
+	if !ended {
+		c.retireCached()
+	}
+	c.mu.Lock()
+	if !c.ended && len(c.unmaps) > 0 {
+		// The peer did not answer within retireWait (stopped, or stuck):
+		// its answer, or its end, closes the socket later. Freeing now
+		// could free memory it still maps.
+		c.shutting = false
 		c.mu.Unlock()
 		return
 	}
@@ -797,9 +896,13 @@ func (c *Conn) Claim(token uint64) (*zerocopy.View, error) {
 	}
 	w := make(chan claimResult, 1)
 	c.mu.Lock()
-	if c.ended || c.closing {
+	if c.ended || c.closing || c.shutting {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("ipc: Claim: %w", ErrClosed)
+	}
+	if c.bye {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("ipc: Claim: the peer sends no more: %w", io.EOF)
 	}
 	if c.claims[token] != nil {
 		c.mu.Unlock()
