@@ -853,6 +853,111 @@ func TestCloseRetiresCached(t *testing.T) {
 	}
 }
 
+// TestCloseWhileHeld: the producer closes its connection while a live
+// consumer holds tensors. Close returns at once and the leases do not
+// end: the consumer's Recv returns io.EOF, the views it holds still read
+// the values sent, the pool keeps them live; once the consumer closes them
+// (or is killed) the leases end, the connection closes and the pool is
+// back at its baseline, and no free ran while the consumer mapped a block.
+func TestCloseWhileHeld(t *testing.T) {
+	needCUDA(t)
+	for _, kill := range []bool{false, true} {
+		name := "given back"
+		if kill {
+			name = "killed"
+		}
+		t.Run(name, func(t *testing.T) {
+			const n = 5
+			pool, base, ln, sock := producerSide(t, 16<<20)
+			cmd, lines := startChild(t, "byehold", sock, "IPC_TEST_N="+strconv.Itoa(n))
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			peer, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := pool.Stream()
+			for i := 0; i < n; i++ {
+				v, err := pool.Alloc(s, dlpack.Uint32Type, int64(1000*(i+1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				fill(t, s, v, 7+uint32(i))
+				if err := peer.Send(pool, v, nil); err != nil {
+					t.Fatal(err)
+				}
+				v.Close()
+			}
+			expectLine(t, lines, "holding")
+			before := violations(t)
+			t0 := time.Now()
+			if err := peer.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(t0); d > 5*time.Second {
+				t.Errorf("Close took %v with the peer holding tensors", d)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if peer.Leases() != n || pool.Live() != n {
+				t.Fatalf("after Close, the consumer holding %d: %d leases, %d allocations live", n, peer.Leases(), pool.Live())
+			}
+			select {
+			case <-peer.Done():
+				t.Fatal("the connection ended while the consumer held its tensors")
+			default:
+			}
+			if v, err := pool.Alloc(s, dlpack.Uint32Type, 16); err != nil {
+				t.Fatal(err)
+			} else {
+				if err := peer.Send(pool, v, nil); !errors.Is(err, ipc.ErrClosed) {
+					t.Errorf("Send after Close: %v, want ErrClosed", err)
+				}
+				v.Close()
+			}
+			io.WriteString(stdins[cmd], "\n")
+			if got := expectLine(t, lines, "recv"); got != "EOF" {
+				t.Errorf("the consumer's Recv after the producer's Close: %s, want EOF", got)
+			}
+			if got := expectLine(t, lines, "held"); got != "7 8 9 10 11" {
+				t.Errorf("the held views read %s after the producer's Close, want 7 8 9 10 11", got)
+			}
+			if pool.Live() != n {
+				t.Errorf("%d allocations live while the consumer holds %d", pool.Live(), n)
+			}
+			if kill {
+				cmd.Process.Signal(syscall.SIGKILL)
+				cmd.Wait()
+			} else {
+				stdins[cmd].Close()
+				expectLine(t, lines, "released")
+				if got := expectLine(t, lines, "closed"); got != "EOF" {
+					t.Errorf("the consumer's connection after its last view closed: %s, want it ended by itself (EOF)", got)
+				}
+				if err := cmd.Wait(); err != nil {
+					t.Fatalf("consumer: %v", err)
+				}
+			}
+			select {
+			case <-peer.Done():
+			case <-time.After(30 * time.Second):
+				t.Fatal("the connection did not end once the consumer gave its tensors back")
+			}
+			if peer.Leases() != 0 {
+				t.Errorf("%d leases after the connection ended", peer.Leases())
+			}
+			waitFor(t, "the pool's baseline", func() bool {
+				s.Synchronize()
+				return pool.Live() == 0 && usedBytes(t, pool) == base
+			})
+			if got := violations(t) - before; got != 0 {
+				t.Errorf("%d frees ran while the consumer still mapped the block", got)
+			}
+		})
+	}
+}
+
 // childProducer makes a child's pool and waits for its peer on sock.
 func childProducer(sock string) (*ipc.Pool, *ipc.Conn, error) {
 	pool, err := ipc.NewPool(0, 16<<20)
@@ -937,6 +1042,63 @@ func child(role, sock string) error {
 			select {} // until killed
 		}
 		fmt.Println("ok", n)
+		return c.Close()
+	case "byehold":
+		// Hold n tensors (tensor i holds 7+i); once stdin says so (the
+		// producer closed), report what Recv says and what the views hold;
+		// once stdin ends, close them and report how the connection ended.
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		var held []*zerocopy.View
+		for i := 0; i < n; i++ {
+			v, err := c.Recv()
+			if err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+			held = append(held, v)
+		}
+		fmt.Println("holding", n)
+		in := bufio.NewReader(os.Stdin)
+		in.ReadString('\n')
+		if _, err := c.Recv(); errors.Is(err, io.EOF) {
+			fmt.Println("recv EOF")
+		} else {
+			fmt.Println("recv", err)
+		}
+		var got []string
+		for _, v := range held {
+			x, err := read(v)
+			if err != nil {
+				return err
+			}
+			w := x[0]
+			for _, y := range x {
+				if y != w {
+					w = y
+				}
+			}
+			got = append(got, strconv.FormatUint(uint64(w), 10))
+		}
+		fmt.Println("held", strings.Join(got, " "))
+		io.Copy(io.Discard, in)
+		for _, v := range held {
+			if err := v.Close(); err != nil {
+				return err
+			}
+		}
+		fmt.Println("released")
+		select {
+		case <-c.Done():
+			if _, err := c.Recv(); errors.Is(err, io.EOF) {
+				fmt.Println("closed EOF")
+			} else {
+				fmt.Println("closed", err)
+			}
+		case <-time.After(30 * time.Second):
+			fmt.Println("closed never")
+		}
 		return c.Close()
 	case "recycle":
 		// Check and close each tensor (value 1000+i in every element),
