@@ -90,6 +90,7 @@ type Conn struct {
 	closing   bool // Close was called: close the socket when nothing is left to come back
 	bye       bool // the peer sent msgBye: no more tensors from it
 	shutting  bool // the socket's close has begun (retires for the peer first)
+	retiring  int  // retireCached calls under way: the socket waits for them
 	closed    bool
 
 	claims  map[uint64]chan claimResult // Claim calls waiting for their answer
@@ -783,6 +784,18 @@ func (c *Conn) sendBye() {
 // connection ends).
 func (c *Conn) retireCached() {
 	c.mu.Lock()
+	// Until its retires are sent and in c.unmaps, an answer to one of them
+	// must not let the socket close: the others would go unsent, and the
+	// connection's end would free their allocations while the peer maps
+	// them.
+	c.retiring++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.retiring--
+		c.mu.Unlock()
+	}()
+	c.mu.Lock()
 	var pools []*Pool
 	for p := range c.mapPools {
 		pools = append(pools, p)
@@ -836,7 +849,7 @@ func (c *Conn) closeReady() bool {
 	if !c.closing && !c.bye {
 		return false
 	}
-	if c.imp.openViews() > 0 {
+	if c.retiring > 0 || c.imp.openViews() > 0 {
 		return false
 	}
 	return c.ended || (len(c.leases) == 0 && len(c.unmaps) == 0)
