@@ -20,6 +20,10 @@ slow   receive N tensors; queue a copy of each on the tensor's own stream
        FAKECUDA_IPC_DELAY_MS the copies run late, after the producer
        allocated again: they read right only if its frees wait for this
        process's "done" events.
+give   like hold, but instead of waiting to be killed wait for a line on
+       stdin (the producer closed), then print "recv EOF" if recv raises
+       EOFError, check the kept tensors again ("wrong later I" if their
+       memory changed), close them and print "released K".
 recycle
        receive N tensors, check them (tensor i holds i+1) and close each;
        print "imports I M" (allocations mapped so far, kept mapped now);
@@ -144,13 +148,28 @@ def main():
         if not ok:
             print("wrong", i, flush=True)
             sys.exit(1)
-        if mode == "hold" and i % 10 == 0:
+        if mode in ("hold", "give") and i % 10 == 0:
             held.append(t)
         else:
             t.close()
-    if mode == "hold":
+    if mode in ("hold", "give"):
         print("holding", len(held), flush=True)
-        time.sleep(3600)
+        if mode == "hold":
+            time.sleep(3600)
+        sys.stdin.readline()
+        try:
+            conn.recv()
+            print("recv a tensor", flush=True)
+        except EOFError:
+            print("recv EOF", flush=True)
+        for k, t in enumerate(held):
+            if not (values(t) == 10 * k + 1).all():
+                print("wrong later", 10 * k, flush=True)
+                sys.exit(1)
+            t.close()
+        print("released", len(held), flush=True)
+        conn.close()
+        return
     if mode == "early":
         print("early", early, flush=True)
     print("ok", n, flush=True)

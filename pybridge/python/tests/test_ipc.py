@@ -405,14 +405,30 @@ def test_serve_killed_consumer_gives_leases_back(tmp_path):
     pool.close()
 
 
+def _violations():
+    """The fake driver's count of this process's frees of IPC blocks that
+    ran while another live process mapped them (0 on a real driver)."""
+    import ctypes
+
+    path = os.environ.get("DLBRIDGE_LIBCUDA")
+    if not path:
+        return 0
+    f = getattr(ctypes.CDLL(path), "fakecuda_ipc_violations", None)
+    return int(f()) if f is not None else 0
+
+
 def test_serve_close_stops_cleanly(tmp_path):
-    """close() ends the connections: a consumer waiting in recv gets
-    EOFError, the leases of one that still holds tensors end (as if it had
-    died); serve's threads are joined, the socket is removed, the pool is
-    back at its baseline and the path can be served again."""
+    """close() stops serving without taking memory from live consumers: a
+    consumer waiting in recv gets EOFError; the tensors of one that still
+    holds some stay live and right until it gives them back (its recv
+    raises EOFError meanwhile), or until it is killed; then the pool is
+    back at its baseline, and no free ran while a consumer mapped the
+    block. serve's threads are joined, the socket is removed and the path
+    can be served again."""
     pool = dlbridge.ipc.Pool(0, 32 << 20)
     sock = str(tmp_path / "s")
     before = len(_serve_threads())
+    early = _violations()
     served = []
 
     def handler(conn, pool):
@@ -421,22 +437,38 @@ def test_serve_close_stops_cleanly(tmp_path):
 
     srv = dlbridge.ipc.serve(sock, pool, handler)
     waiter = _consumer("check", sock, 31)  # waits in recv for a 31st tensor
-    holder = None
+    giver = holder = None
     try:
         _eventually("the waiter's tensors back", lambda: len(served) == 1 and _live(pool) == 0)
+        giver = _consumer("give", sock, 30, stdin=subprocess.PIPE)
+        assert int(_line(giver, "holding")[0]) == 3
         holder = _consumer("hold", sock, 30)
         assert int(_line(holder, "holding")[0]) == 3
         # The others' releases may still be on their way.
-        _eventually("only the held tensors live", lambda: _live(pool) == 3)
-        assert srv.connections == 2
+        _eventually("only the held tensors live", lambda: _live(pool) == 6)
+        assert srv.connections == 3
         srv.close()
         out = waiter.stdout.read()
         assert waiter.wait(60) == 0, out  # its recv raised EOFError
         assert "wrong" not in out
+        # The consumers that hold tensors keep them.
+        import time
+
+        time.sleep(0.2)
+        assert _live(pool) == 6
+        assert holder.poll() is None and giver.poll() is None
+        holder.kill()
+        holder.wait(60)
+        _eventually("the killed holder's tensors back", lambda: _live(pool) == 3)
+        giver.stdin.write("\n")
+        giver.stdin.flush()
+        assert _line(giver, "recv") == ["EOF"]
+        assert _line(giver, "released") == ["3"]  # each still right
+        assert giver.wait(60) == 0
         _eventually("the leases back", lambda: _live(pool) == 0)
-        assert holder.poll() is None
+        assert _violations() == early
     finally:
-        _reap(*[p for p in (holder, waiter) if p is not None])
+        _reap(*[p for p in (giver, holder, waiter) if p is not None])
     assert len(_serve_threads()) == before
     assert srv.connections == 0
     assert not os.path.exists(sock)
