@@ -162,8 +162,9 @@ func (s *Server) claim(c *Conn, token uint64) {
 	}
 }
 
-// Close stops serving: offers end, connections close (their peers' leases
-// end with them).
+// Close stops serving: offers end, connections close (Conn.Close: a peer's
+// Recv returns io.EOF; the tensors a peer still holds keep their memory
+// until it gives them back or goes away).
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -174,7 +175,7 @@ func (s *Server) Close() error {
 	for _, o := range offers {
 		o.v.Close()
 	}
-	// At once: each Close may wait for its peer's answers to retires.
+	// Side by side: each Close may wait for its peer's answers to retires.
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Add(1)

@@ -260,8 +260,9 @@ class Server(_Object):
 class Serving(Listener):
     """What ``serve`` returns: a Listener whose peers are accepted and
     handled in threads. ``close()`` (or leaving a ``with`` block) stops
-    serving: no new peers, every connection closed (the leases its peer
-    still holds end, as if it had died), the threads joined."""
+    serving: no new peers, every connection closed (a peer's recv raises
+    EOFError; the tensors it still holds keep their memory until it gives
+    them back or dies), the threads joined."""
 
     def __init__(self, path, pool, handler, daemon):
         super().__init__(path)
@@ -331,7 +332,9 @@ class Serving(Listener):
             conns = list(self._conns)
             self._conns.clear()
             threads = [t for t in self._threads if t is not threading.current_thread()]
-        # The peer's leases end and a handler's recv raises EOFError. Each
+        # A handler's recv raises EOFError; the tensors a peer still holds
+        # keep their memory until it gives them back or dies (the
+        # connection stays open in the background until then). Each
         # close may wait (2 s at most) for its peer's answers to retires:
         # side by side, so that frozen peers do not add up.
         closers = [threading.Thread(target=c.close, daemon=True) for c in conns]
