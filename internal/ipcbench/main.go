@@ -18,6 +18,7 @@ import (
 
 	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
 	"github.com/dlbridge/dlbridge/zerocopy/ipc"
 )
 
@@ -390,28 +391,44 @@ func consumer() error {
 		return err
 	}
 	var one [1]byte
+	// handOver asks the producer for a tensor of size bytes and receives
+	// it (Recv waits before the producer sends, as a consumer serving
+	// requests does); it returns the view, the hand-over time (from just
+	// before the producer's Send to Recv returning, on the wall clock) and
+	// the producer's part of it (Send returning).
+	handOver := func(size int64) (v *zerocopy.View, hand, sent time.Duration, err error) {
+		if err := request(askDlbridge, size); err != nil {
+			return nil, 0, 0, err
+		}
+		v, err = c.Recv()
+		t1 := time.Now().UnixNano()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		var t0b [16]byte
+		if _, err := io.ReadFull(ctl, t0b[:]); err != nil {
+			v.Close()
+			return nil, 0, 0, err
+		}
+		return v, time.Duration(t1 - int64(binary.LittleEndian.Uint64(t0b[:8]))), time.Duration(binary.LittleEndian.Uint64(t0b[8:])), nil
+	}
+	// giveBack closes v and waits for its import stream, so that the
+	// release (and, unless the allocation is kept mapped, the unmap) ran.
+	giveBack := func(v *zerocopy.View) error {
+		is := ctx.WrapStream(v.Stream())
+		v.Close()
+		return is.Synchronize()
+	}
 	fmt.Printf("# producer idle between fill and send: %v\n", *idle)
 	fmt.Printf("# hand-over after first contact (producer fill: %s), medians in ns: dlbridge of a fresh allocation (send, import: its shares), driver alone, ratio = dlbridge / driver; recycled: dlbridge of the same size again (cached allocation, mapping kept), rratio = recycled / driver\n", *fill)
 	fmt.Printf("%-12s %12s %12s %12s %12s %8s %12s %8s\n", "size", "dlbridge", "send", "import", "driver", "ratio", "recycled", "rratio")
 	for _, size := range sizes {
 		var hand, send, imp, drv []time.Duration
 		for r := 0; r <= *rounds; r++ {
-			// dlbridge: Recv waits before the producer sends, as a
-			// consumer serving requests does.
-			if err := request(askDlbridge, size); err != nil {
-				return err
-			}
-			v, err := c.Recv()
-			t1 := time.Now().UnixNano()
+			v, d, sd, err := handOver(size)
 			if err != nil {
 				return err
 			}
-			var t0b [16]byte
-			if _, err := io.ReadFull(ctl, t0b[:]); err != nil {
-				return err
-			}
-			d := time.Duration(t1 - int64(binary.LittleEndian.Uint64(t0b[:8])))
-			is := ctx.WrapStream(v.Stream())
 			if r == 0 {
 				// First contact of this size: check the data once (the
 				// producer's memset), through the view's stream order.
@@ -427,11 +444,10 @@ func consumer() error {
 				}
 			} else {
 				hand = append(hand, d)
-				send = append(send, time.Duration(binary.LittleEndian.Uint64(t0b[8:])))
+				send = append(send, sd)
 				imp = append(imp, c.LastImport())
 			}
-			v.Close()
-			if err := is.Synchronize(); err != nil { // the import's free ran
+			if err := giveBack(v); err != nil {
 				return err
 			}
 			if err := ask(askFree, 0, one[:]); err != nil {
@@ -469,29 +485,20 @@ func consumer() error {
 		var rec []time.Duration
 		imports := 0
 		for r := 0; r <= *rounds; r++ {
-			if err := request(askDlbridge, size); err != nil {
-				return err
-			}
-			v, err := c.Recv()
-			t1 := time.Now().UnixNano()
+			v, d, _, err := handOver(size)
 			if err != nil {
-				return err
-			}
-			var t0b [16]byte
-			if _, err := io.ReadFull(ctl, t0b[:]); err != nil {
 				return err
 			}
 			if r == 0 {
 				imports = c.Imports()
 			} else {
 				if c.Imports() != imports {
+					v.Close()
 					return fmt.Errorf("size %d: the recycled round %d mapped a new allocation", size, r)
 				}
-				rec = append(rec, time.Duration(t1-int64(binary.LittleEndian.Uint64(t0b[:8]))))
+				rec = append(rec, d)
 			}
-			is := ctx.WrapStream(v.Stream())
-			v.Close()
-			if err := is.Synchronize(); err != nil {
+			if err := giveBack(v); err != nil {
 				return err
 			}
 			if err := ask(askKeep, 0, one[:]); err != nil {
