@@ -384,10 +384,7 @@ func TestProducerGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdins[cmd].Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("producer: %v", err)
-	}
+	endChild(t, cmd, "producer")
 	if _, err := c.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("Recv after the producer exited: %v, want io.EOF", err)
 	}
@@ -602,6 +599,32 @@ func askMapped(t *testing.T, cmd *exec.Cmd, lines <-chan string) string {
 	return expectLine(t, lines, "mapped")
 }
 
+// endChild closes the child's stdin, its cue to finish, and checks that it
+// exits cleanly.
+func endChild(t *testing.T, cmd *exec.Cmd, role string) {
+	t.Helper()
+	stdins[cmd].Close()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("%s: %v", role, err)
+	}
+}
+
+// trimToBaseline trims pool and checks that it is back at its baseline
+// usage base: Trim returned once the consumers answered and the blocks
+// were freed (in stream order on s), nothing is cached or live.
+func trimToBaseline(t *testing.T, pool *ipc.Pool, s *cuda.Stream, base uint64) {
+	t.Helper()
+	if err := pool.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := pool.Cached(); c != 0 || pool.Live() != 0 || usedBytes(t, pool) != base {
+		t.Errorf("after Trim: %d cached, %d live, %d bytes used (baseline %d)", c, pool.Live(), usedBytes(t, pool), base)
+	}
+}
+
 // TestRecycle: tensors of one size sent one after another (each given back
 // before the next is allocated) reuse one allocation, which the consumer
 // maps once; mixed sizes reuse one allocation per size. Trim retires the
@@ -644,24 +667,11 @@ func TestRecycle(t *testing.T) {
 			if pool.Live() != 0 {
 				t.Errorf("%d allocations live, want 0 (cached ones do not count)", pool.Live())
 			}
-			if err := pool.Trim(); err != nil {
-				t.Fatal(err)
-			}
-			// Trim returned once the consumer answered and the blocks were
-			// freed (in stream order on s).
-			if err := s.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			if c, _ := pool.Cached(); c != 0 || pool.Live() != 0 || usedBytes(t, pool) != base {
-				t.Errorf("after Trim: %d cached, %d live, %d bytes used (baseline %d)", c, pool.Live(), usedBytes(t, pool), base)
-			}
+			trimToBaseline(t, pool, s, base)
 			if got := askMapped(t, cmd, lines); got != "0" {
 				t.Errorf("after Trim the consumer keeps %s mappings, want 0", got)
 			}
-			stdins[cmd].Close()
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("consumer: %v", err)
-			}
+			endChild(t, cmd, "consumer")
 		})
 	}
 }
@@ -734,10 +744,7 @@ func TestRecycleLimit(t *testing.T) {
 		t.Errorf("an allocation over the limit with only a block in use: %v, want ErrPoolFull", err)
 	}
 	v.Close()
-	stdins[cmd].Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("consumer: %v", err)
-	}
+	endChild(t, cmd, "consumer")
 }
 
 // violations is the fake driver's count of this process's frees of IPC
@@ -830,15 +837,7 @@ func TestCloseRetiresCached(t *testing.T) {
 	if got := askMapped(t, cmds[1], outs[1]); got != strconv.Itoa(n-1) {
 		t.Errorf("after the producer closed the other connection the second consumer keeps %s mappings, want %d", got, n-1)
 	}
-	if err := pool.Trim(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if c, _ := pool.Cached(); c != 0 || pool.Live() != 0 || usedBytes(t, pool) != base {
-		t.Errorf("after Trim: %d cached, %d live, %d bytes used (baseline %d)", c, pool.Live(), usedBytes(t, pool), base)
-	}
+	trimToBaseline(t, pool, s, base)
 	if got := violations(t) - before; got != 0 {
 		t.Errorf("%d frees ran while a consumer still mapped the block", got)
 	}
@@ -846,10 +845,7 @@ func TestCloseRetiresCached(t *testing.T) {
 		t.Errorf("after Trim the second consumer keeps %s mappings, want 0", got)
 	}
 	for _, cmd := range cmds {
-		stdins[cmd].Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("consumer: %v", err)
-		}
+		endChild(t, cmd, "consumer")
 	}
 }
 
@@ -1352,8 +1348,5 @@ func TestTrimFrozenPeer(t *testing.T) {
 	if got := violations(t) - before; got != 0 {
 		t.Errorf("%d frees ran while the consumer mapped the block", got)
 	}
-	stdins[cmd].Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("consumer: %v", err)
-	}
+	endChild(t, cmd, "consumer")
 }
