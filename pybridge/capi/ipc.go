@@ -81,23 +81,24 @@ func dlb_ipc_pool_trim(pool C.uint64_t) C.int32_t {
 
 //export dlb_ipc_pool_cached
 func dlb_ipc_pool_cached(pool C.uint64_t, out *C.int64_t) C.int32_t {
-	return fence(func() error {
-		n, b, err := pybridge.IPCPoolCached(pybridge.Handle(pool))
-		if err == nil {
-			o := (*[2]C.int64_t)(unsafe.Pointer(out)) // sound: the caller passes an array of 2
-			o[0], o[1] = C.int64_t(n), C.int64_t(b)
-		}
-		return err
-	})
+	return pairOut(out, func() (int, int64, error) { return pybridge.IPCPoolCached(pybridge.Handle(pool)) })
 }
 
 //export dlb_ipc_mapped
 func dlb_ipc_mapped(conn C.uint64_t, out *C.int64_t) C.int32_t {
-	return fence(func() error {
+	return pairOut(out, func() (int, int64, error) {
 		m, i, err := pybridge.IPCMapped(pybridge.Handle(conn))
+		return m, int64(i), err
+	})
+}
+
+// pairOut writes f's two counts into out, an array of 2 the caller passes.
+func pairOut(out *C.int64_t, f func() (int, int64, error)) C.int32_t {
+	return fence(func() error {
+		a, b, err := f()
 		if err == nil {
 			o := (*[2]C.int64_t)(unsafe.Pointer(out)) // sound: the caller passes an array of 2
-			o[0], o[1] = C.int64_t(m), C.int64_t(i)
+			o[0], o[1] = C.int64_t(a), C.int64_t(b)
 		}
 		return err
 	})

@@ -67,6 +67,37 @@ type unmapKey struct {
 	data cuda.PoolExportData
 }
 
+// The wire forms shared by several messages: an allocation (pool id and
+// export data, 80 bytes) and an optional "done" event (a flag byte and the
+// handle, 65 bytes).
+
+func (k *unmapKey) put(b []byte) {
+	copy(b[:16], k.pool[:])
+	copy(b[16:80], k.data[:])
+}
+
+func unmapKeyFrom(b []byte) (k unmapKey) {
+	copy(k.pool[:], b[:16])
+	copy(k.data[:], b[16:80])
+	return k
+}
+
+func putDone(b []byte, done *cuda.IPCEventHandle) {
+	if done != nil {
+		b[0] = 1
+		copy(b[1:65], done[:])
+	}
+}
+
+func doneFrom(b []byte) *cuda.IPCEventHandle {
+	if b[0] != 1 {
+		return nil
+	}
+	h := new(cuda.IPCEventHandle)
+	copy(h[:], b[1:65])
+	return h
+}
+
 const maxPacket = 1 << 16
 
 // Conn is one end of a connection between two processes, either of which
@@ -472,22 +503,12 @@ func (c *Conn) handle(m []byte, fds []int) error {
 		if len(m) != 81 || len(fds) != 0 {
 			return fmt.Errorf("ipc: malformed retire message (%d bytes)", len(m))
 		}
-		var k unmapKey
-		copy(k.pool[:], m[1:17])
-		copy(k.data[:], m[17:81])
-		return c.imp.retire(k)
+		return c.imp.retire(unmapKeyFrom(m[1:81]))
 	case msgRetired:
 		if len(m) != 146 || len(fds) != 0 {
 			return fmt.Errorf("ipc: malformed retired message (%d bytes)", len(m))
 		}
-		var k unmapKey
-		copy(k.pool[:], m[1:17])
-		copy(k.data[:], m[17:81])
-		var h *cuda.IPCEventHandle
-		if m[81] == 1 {
-			h = new(cuda.IPCEventHandle)
-			copy(h[:], m[82:146])
-		}
+		k, h := unmapKeyFrom(m[1:81]), doneFrom(m[81:146])
 		return c.retiredAnswer(k, h)
 	case msgBye:
 		if len(m) != 1 || len(fds) != 0 {
@@ -503,13 +524,7 @@ func (c *Conn) handle(m []byte, fds []int) error {
 		if len(m) != 74 || len(fds) != 0 {
 			return fmt.Errorf("ipc: malformed release message (%d bytes)", len(m))
 		}
-		lease := binary.LittleEndian.Uint64(m[1:])
-		var h *cuda.IPCEventHandle
-		if m[9] == 1 {
-			h = new(cuda.IPCEventHandle)
-			copy(h[:], m[10:74])
-		}
-		return c.released(lease, h)
+		return c.released(binary.LittleEndian.Uint64(m[1:]), doneFrom(m[9:74]))
 	}
 	return fmt.Errorf("ipc: unknown message kind %d", m[0])
 }
@@ -590,8 +605,7 @@ func (c *Conn) sendRetire(p *Pool, b *block) error {
 	c.mu.Unlock()
 	msg := make([]byte, 81)
 	msg[0] = msgRetire
-	copy(msg[1:], k.pool[:])
-	copy(msg[17:], k.data[:])
+	k.put(msg[1:])
 	if err := c.write(msg, -1); err != nil {
 		c.mu.Lock()
 		delete(c.unmaps, k)
@@ -645,12 +659,8 @@ func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
 func (c *Conn) sendRetired(k unmapKey, done *cuda.IPCEventHandle) error {
 	msg := make([]byte, 146)
 	msg[0] = msgRetired
-	copy(msg[1:], k.pool[:])
-	copy(msg[17:], k.data[:])
-	if done != nil {
-		msg[81] = 1
-		copy(msg[82:], done[:])
-	}
+	k.put(msg[1:])
+	putDone(msg[81:], done)
 	return c.write(msg, -1)
 }
 
@@ -658,10 +668,7 @@ func (c *Conn) sendRelease(lease uint64, done *cuda.IPCEventHandle) error {
 	msg := make([]byte, 74)
 	msg[0] = msgRelease
 	binary.LittleEndian.PutUint64(msg[1:], lease)
-	if done != nil {
-		msg[9] = 1
-		copy(msg[10:], done[:])
-	}
+	putDone(msg[9:], done)
 	return c.write(msg, -1)
 }
 
