@@ -219,7 +219,7 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 		if v == nil {
 			return out, TypeErrorf("%s: missing tensor argument %s", f.Name, p.Name)
 		}
-		if err := f.checkTensor(p, v, binds); err != nil {
+		if err := f.checkTensor(i, v, binds); err != nil {
 			return out, err
 		}
 		if d := v.Device(); isCUDA(d) {
@@ -387,8 +387,10 @@ func (f *Func) run(fr *Frame) (err error) {
 
 func isCUDA(d dlpack.Device) bool { return d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged }
 
-// checkTensor checks v against p's spec, binding named dimensions.
-func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error {
+// checkTensor checks v against the spec of parameter i, binding named
+// dimensions.
+func (f *Func) checkTensor(i int, v *zerocopy.View, binds []dimBinding) error {
+	p := &f.Params[i]
 	t := &p.Tensor
 	if !v.Alive() {
 		return ValueErrorf("%s: argument %s: the tensor is closed", f.Name, p.Name)
@@ -421,7 +423,7 @@ func (f *Func) checkTensor(p *Param, v *zerocopy.View, binds []dimBinding) error
 					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Name, b.size, f.Params[b.from-1].Name)
 				}
 				if !b.set() {
-					*b = dimBinding{size: got, from: f.paramIndex(p) + 1}
+					*b = dimBinding{size: got, from: i + 1}
 				}
 			case d.Size >= 0 && got != d.Size:
 				return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %d)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Size)
@@ -544,14 +546,4 @@ func (o *Outcome) closeTensors() {
 			v.Close()
 		}
 	}
-}
-
-// paramIndex is p's index in f.Params (p points into it).
-func (f *Func) paramIndex(p *Param) int {
-	for i := range f.Params {
-		if &f.Params[i] == p {
-			return i
-		}
-	}
-	return -1
 }
