@@ -404,14 +404,11 @@ func (c *Conn) read() {
 		}
 	}
 	c.end(err)
+	// A closing side whose peer's end came before its leases: the socket
+	// closes now.
 	c.mu.Lock()
-	after := c.closing || c.bye
+	c.closeLaterLocked()
 	c.mu.Unlock()
-	if after {
-		// A closing side whose peer's end came before its leases: the
-		// socket closes now (not here: that waits for this reader).
-		go c.maybeClose()
-	}
 }
 
 func parseFDs(oob []byte) []int {
@@ -546,11 +543,8 @@ func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
 			delete(c.leases, lease)
 			l.end()
 		}
-		after := c.closing || c.bye
+		c.closeLaterLocked() // the last lease back may close the socket
 		c.mu.Unlock()
-		if after {
-			go c.maybeClose() // the last lease back may close the socket
-		}
 	}()
 	if h == nil {
 		return nil
@@ -648,11 +642,8 @@ func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
 	b.pool.unmapped(b, c)
 	c.mu.Lock()
 	c.qcond.Broadcast() // a Close waiting for its retires' answers
-	after := (c.closing || c.bye) && !c.shutting
+	c.closeLaterLocked()
 	c.mu.Unlock()
-	if after {
-		go c.maybeClose()
-	}
 	return err
 }
 
@@ -860,6 +851,16 @@ func (c *Conn) closeReady() bool {
 		return false
 	}
 	return c.ended || (len(c.leases) == 0 && len(c.unmaps) == 0)
+}
+
+// closeLaterLocked starts maybeClose in a goroutine of its own when the
+// connection is closing (Close was called, or the peer said bye) and its
+// socket's close has not begun: the callers run on the reader or hold
+// locks, and maybeClose waits for the reader. Called with c.mu held.
+func (c *Conn) closeLaterLocked() {
+	if (c.closing || c.bye) && !c.shutting {
+		go c.maybeClose()
+	}
 }
 
 // maybeClose closes the socket once closeReady. The idle allocations the
