@@ -10,6 +10,7 @@ early  like check, but first read each tensor's memory directly through the
        saw the data already ("early K"): the control that shows a slow
        producer is slow.
 torch  like check, through torch.from_dlpack on a torch stream of its own.
+cupy   like check, through cupy.from_dlpack on a CuPy stream of its own.
 wait   receive N tensors and check them, keeping them all; print "holding N",
        wait for a line on stdin, check them again (their memory must not
        have been freed or reused meanwhile), close them, print "ok N".
@@ -128,6 +129,10 @@ def main():
         import torch
 
         stream = torch.cuda.Stream()
+    elif mode == "cupy":
+        import cupy
+
+        stream = cupy.cuda.Stream(non_blocking=True)
     for i in range(n):
         try:
             t = conn.recv()
@@ -141,6 +146,13 @@ def main():
             with torch.cuda.stream(stream):
                 x = torch.from_dlpack(t)
                 ok = bool((x == i + 1).all().item())
+            del x
+        elif mode == "cupy":
+            import cupy
+
+            with stream:
+                x = cupy.from_dlpack(t)
+                ok = bool((x == i + 1).all())
             del x
         else:
             v = values(t)

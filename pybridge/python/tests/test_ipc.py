@@ -586,17 +586,25 @@ def test_pickle_other_cuda_memory_and_by_value():
         dlbridge.ipc.set_sharing_strategy("bytes")
 
 
-def test_torch_consumer_slow_producer(producer, tmp_path):
-    """Go producer -> Python consumer -> torch on a stream of its own, with
-    a producer kernel that spins 20 ms before it writes each tensor: every
-    value torch reads is the written one."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs torch with CUDA")
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+def test_torch_consumer_slow_producer(producer, tmp_path, framework):
+    """Go producer -> Python consumer -> torch (or CuPy) on a stream of its
+    own, through DLPack, with a producer kernel that spins 20 ms before it
+    writes each tensor: every value the framework reads is the written one."""
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("needs torch with CUDA")
+    else:
+        cupy = pytest.importorskip("cupy")
+        try:
+            cupy.cuda.runtime.getDeviceCount()
+        except Exception as e:  # CuPy without a usable device raises its own error type
+            pytest.skip("needs CuPy with a CUDA device: %s" % e)
     sock = str(tmp_path / "s")
     prod = _start([producer, "-sock", sock, "-n", "20", "-elems", str(1 << 20), "-window", "2", "-spin", "20ms"])
     base = int(_line(prod, "baseline")[0])
-    cons = _consumer("torch", sock, 20)
+    cons = _consumer(framework, sock, 20)
     out = cons.stdout.read()
     assert cons.wait(120) == 0, out
     assert "ok 20" in out
