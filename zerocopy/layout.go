@@ -249,7 +249,46 @@ func (l *Layout) ByteSpan() (lo, hi int64) {
 }
 
 // IsCContiguous reports compact row-major layout (extent-1 dims ignored).
-func (l *Layout) IsCContiguous() bool { return dlpack.IsCContiguous(l.shape(), l.strides()) }
+func (l *Layout) IsCContiguous() bool {
+	if l.n == 1 { // the common case, on every call's hot path: no slices
+		return l.inl[0] <= 1 || l.inl[inlineDims] == 1
+	}
+	return dlpack.IsCContiguous(l.shape(), l.strides())
+}
+
+// same reports whether l is the layout set(dt, shape, strides, padded)
+// would make, with element [0, ...] at offset 0: the test that lets a
+// reused view keep the layout it validated before.
+func (l *Layout) same(dt dlpack.DataType, shape, strides []int64, padded bool) bool {
+	n := len(shape)
+	if int(l.n) != n || l.dtype != dt || l.padded != padded || l.offset != 0 || strides != nil && len(strides) != n {
+		return false
+	}
+	ls, lst := l.dims()
+	for d, e := range shape {
+		if ls[d] != e {
+			return false
+		}
+	}
+	if strides == nil {
+		acc := int64(1) // dlpack.FillCStrides, compared instead of written
+		for d := n - 1; d >= 0; d-- {
+			if lst[d] != acc {
+				return false
+			}
+			if ls[d] > 1 {
+				acc *= ls[d]
+			}
+		}
+		return true
+	}
+	for d, s := range strides {
+		if lst[d] != s {
+			return false
+		}
+	}
+	return true
+}
 
 // IsFContiguous reports compact column-major layout (extent-1 dims ignored).
 func (l *Layout) IsFContiguous() bool { return dlpack.IsFContiguous(l.shape(), l.strides()) }

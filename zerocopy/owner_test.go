@@ -194,3 +194,64 @@ func TestViewInitReuse(t *testing.T) {
 	}
 	v.Close()
 }
+
+// TestViewInitReuseLayout: a reused view keeps the layout it validated
+// only when the new spec has exactly that layout; any difference (shape,
+// strides, dtype, nil strides that differ from C order) and a spec that
+// failed before are validated again, and a NULL pointer is refused either way.
+func TestViewInitReuseLayout(t *testing.T) {
+	buf := make([]float32, 64)
+	f32 := dlpack.DataType{Code: dlpack.Float, Bits: 32, Lanes: 1}
+	ptr := uintptr(unsafe.Pointer(&buf[0]))
+	cpu := dlpack.Device{Type: dlpack.CPU}
+	cases := []struct {
+		name    string
+		spec    zerocopy.Spec
+		wantErr string
+		shape   []int64
+		strides []int64
+	}{
+		{"first", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: f32, Shape: []int64{4, 4}}, "", []int64{4, 4}, []int64{4, 1}},
+		{"same, strides spelled out", zerocopy.Spec{Device: cpu, Ptr: ptr + 4, DType: f32, Shape: []int64{4, 4}, Strides: []int64{4, 1}}, "", []int64{4, 4}, []int64{4, 1}},
+		{"transposed strides", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: f32, Shape: []int64{4, 4}, Strides: []int64{1, 4}}, "", []int64{4, 4}, []int64{1, 4}},
+		{"nil strides after F order", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: f32, Shape: []int64{4, 4}}, "", []int64{4, 4}, []int64{4, 1}},
+		{"other shape", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: f32, Shape: []int64{2, 8}}, "", []int64{2, 8}, []int64{8, 1}},
+		{"NULL pointer, same layout", zerocopy.Spec{Device: cpu, DType: f32, Shape: []int64{2, 8}}, "NULL", nil, nil},
+		{"negative extent", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: f32, Shape: []int64{2, -8}}, "negative", nil, nil},
+		{"negative extent again", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: f32, Shape: []int64{2, -8}}, "negative", nil, nil},
+		{"bad dtype", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: dlpack.DataType{Code: dlpack.Float, Bits: 32}, Shape: []int64{2, 8}}, "lanes", nil, nil},
+		{"bad dtype again", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: dlpack.DataType{Code: dlpack.Float, Bits: 32}, Shape: []int64{2, 8}}, "lanes", nil, nil},
+		{"bad device", zerocopy.Spec{Ptr: ptr, DType: f32, Shape: []int64{2, 8}, Device: dlpack.Device{Type: 99}}, "device type", nil, nil},
+		{"after failures", zerocopy.Spec{Device: cpu, Ptr: ptr, DType: f32, Shape: []int64{2, 8}}, "", []int64{2, 8}, []int64{8, 1}},
+	}
+	var (
+		v zerocopy.View
+		o zerocopy.Owner
+	)
+	for _, c := range cases {
+		o.Init(nil, c.name)
+		err := v.Init(c.spec, &o)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: err = %v, want one containing %q", c.name, err, c.wantErr)
+			}
+			if o.Alive() {
+				t.Errorf("%s: a rejected Init kept its owner", c.name)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := v.Shape(); !cmp.Equal(got, c.shape) {
+			t.Errorf("%s: shape %v, want %v", c.name, got, c.shape)
+		}
+		if got := v.Strides(); !cmp.Equal(got, c.strides) {
+			t.Errorf("%s: strides %v, want %v", c.name, got, c.strides)
+		}
+		if v.Ptr() != c.spec.Ptr {
+			t.Errorf("%s: Ptr %#x, want %#x", c.name, v.Ptr(), c.spec.Ptr)
+		}
+		v.Close()
+	}
+}

@@ -104,15 +104,29 @@ func (v *View) init(s *Spec, owner *Owner) error {
 	if owner == nil {
 		return fmt.Errorf("zerocopy: Wrap needs an Owner (use NewOwner(nil, label) for memory nobody frees)")
 	}
+	reused := false
 	if st := v.state.Load(); st != 0 || v.owner != nil {
 		if st&1 == 0 {
 			return fmt.Errorf("zerocopy: Init of an open view (%s)", v.owner.label)
 		}
 		v.holder, v.hstate, v.leak = nil, 0, nil
 		v.state.Store(st + 1)
+		reused = true
 	}
-	if err := validateSpec(s, &v.lay); err != nil {
+	// A reused allocation usually views memory of the layout it had (a
+	// call in a loop): that layout was validated then, and comparing costs
+	// a fraction of validating again. The null-pointer test is the one
+	// check that depends on more than the layout.
+	if reused && s.Device.Type.Valid() && v.lay.same(s.DType, s.Shape, s.Strides, s.Padded) {
+		if s.Ptr == 0 && v.lay.Len() != 0 {
+			v.state.Add(1)
+			return fmt.Errorf("zerocopy: data pointer is NULL for %d elements", v.lay.Len())
+		}
+	} else if err := validateSpec(s, &v.lay); err != nil {
 		v.state.Add(1) // a failed Init leaves the view closed
+		// and a layout no spec matches (offset -1), so that the same bad
+		// spec is validated, and rejected, again.
+		v.lay = Layout{offset: -1}
 		return err
 	}
 	v.base, v.device = s.Ptr, s.Device
