@@ -162,6 +162,7 @@ type lentArg struct {
 // slot costs no locked instruction, and allocating the lent views per call
 // cost more than the rest of the argument (bench/results/gofunc-2core).
 type callScratch struct {
+	args    pyfunc.Args // the fields a call does not change are set once
 	tensors [pyfunc.MaxParams]*zerocopy.View
 	values  [pyfunc.MaxParams]pyfunc.Value
 	side    [pyfunc.MaxParams]callArg
@@ -174,17 +175,19 @@ type callScratch struct {
 	frame      pyfunc.Frame
 }
 
-var scratches = sync.Pool{New: func() any { return new(callScratch) }}
+var scratches = sync.Pool{New: func() any {
+	sc := new(callScratch)
+	sc.args = pyfunc.Args{DefaultStream: defaultStream, OutTensors: sc.outTensors[:], OutValues: sc.outValues[:], Frame: &sc.frame}
+	return sc
+}}
 
-// done clears what the call of n arguments left (no pointer outlives it in
-// the pool) and gives sc back.
-func (sc *callScratch) done(n int) {
-	clear(sc.tensors[:n])
-	clear(sc.values[:n])
-	clear(sc.side[:n])
-	clear(sc.outTensors[:sc.nres])
-	clear(sc.outValues[:sc.nres])
-	clear(sc.owned[:sc.nres])
+// done clears the results' slots (no pointer outlives the call in the
+// pool; release cleared the arguments') and gives sc back.
+func (sc *callScratch) done() {
+	for i := 0; i < sc.nres; i++ {
+		sc.outTensors[i], sc.outValues[i].Str, sc.owned[i] = nil, "", nil
+	}
+	sc.args.Tensors, sc.args.Values = nil, nil
 	scratches.Put(sc)
 }
 
@@ -225,9 +228,9 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	cargs := unsafe.Slice(args, n)
 	sc := scratches.Get().(*callScratch)
 	sc.nres = len(f.Results)
-	a := pyfunc.Args{Tensors: sc.tensors[:n], Values: sc.values[:n], Stream: uintptr(stream),
-		StreamDevice: int(streamDev), DefaultStream: defaultStream,
-		OutTensors: sc.outTensors[:], OutValues: sc.outValues[:], Frame: &sc.frame}
+	a := &sc.args
+	a.Tensors, a.Values = sc.tensors[:n], sc.values[:n]
+	a.Stream, a.StreamDevice = uintptr(stream), int(streamDev)
 	side := sc.side[:n]
 	defer sc.release(cargs)
 	for i := range cargs {
@@ -258,15 +261,15 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 			return pybridge.Errorf(pybridge.TypeError, "%s: argument %s: want %s, got a tensor", f.Name, p.Name, p.GoType)
 		}
 	}
-	out, err := f.Call(&a, 0)
+	out, err := f.Call(a, 0)
 	if err != nil {
 		return err
 	}
 	// A dlbridge tensor the body wrote on the caller's stream outlives the
 	// call, and the caller may destroy that stream first: readers wait for
 	// an event recorded now instead.
-	for i := range side {
-		if t := side[i].borrowed; t != nil && out.Stream != 0 && t.View.Stream() == out.Stream &&
+	for i := 0; out.Stream != 0 && i < len(side); i++ {
+		if t := side[i].borrowed; t != nil && t.View.Stream() == out.Stream &&
 			out.Stream != pybridge.WorkStream(t.View.Device().ID) {
 			if err := t.View.MarkPending(); err != nil {
 				return err
@@ -334,8 +337,10 @@ func (sc *callScratch) release(cargs []C.dlb_arg) {
 		s := &sc.side[i]
 		if s.borrowed != nil {
 			s.borrowed.Return()
+			s.borrowed = nil
 		}
 		if l := s.lent; l != nil {
+			s.lent = nil
 			l.view.Close()
 			if atomic.LoadInt32(&l.keeper.state) != keepReleased {
 				sc.lent[i] = nil
@@ -344,8 +349,9 @@ func (sc *callScratch) release(cargs []C.dlb_arg) {
 				}
 			}
 		}
+		sc.tensors[i], sc.values[i].Str = nil, ""
 	}
-	sc.done(len(cargs))
+	sc.done()
 }
 
 // publishResults hands the results to C: each tensor result under a handle

@@ -213,21 +213,22 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 	binds = binds[:len(f.dims)]
 	dev := -1 // the CUDA device of the call's tensors
 	devFrom := ""
+	pending := false // an argument has a write pending
 	for _, i := range f.tensorIdx {
-		p := &f.Params[i]
 		v := a.Tensors[i]
 		if v == nil {
-			return out, TypeErrorf("%s: missing tensor argument %s", f.Name, p.Name)
+			return out, TypeErrorf("%s: missing tensor argument %s", f.Name, f.Params[i].Name)
 		}
 		if err := f.checkTensor(i, v, binds); err != nil {
 			return out, err
 		}
 		if d := v.Device(); isCUDA(d) {
 			if dev >= 0 && int(d.ID) != dev {
-				return out, ValueErrorf("%s: argument %s is on %v but %s is on cuda:%d: all CUDA tensors of a call must be on one device", f.Name, p.Name, d, devFrom, dev)
+				return out, ValueErrorf("%s: argument %s is on %v but %s is on cuda:%d: all CUDA tensors of a call must be on one device", f.Name, f.Params[i].Name, d, devFrom, dev)
 			}
-			dev, devFrom = int(d.ID), p.Name
+			dev, devFrom = int(d.ID), f.Params[i].Name
 		}
+		pending = pending || v.Stream() != 0
 	}
 	if dev < 0 && a.StreamDevice >= 0 && a.Stream != 0 {
 		dev = a.StreamDevice
@@ -253,6 +254,9 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 	// host never waits, so a captured stream stays capturable), on the
 	// host by waiting for them.
 	for _, i := range f.tensorIdx {
+		if !pending {
+			break
+		}
 		v := a.Tensors[i]
 		w := v.Stream()
 		if w == 0 || s != nil && w == a.Stream {
