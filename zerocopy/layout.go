@@ -264,6 +264,9 @@ func (l *Layout) same(dt dlpack.DataType, shape, strides []int64, padded bool) b
 	if int(l.n) != n || l.dtype != dt || l.padded != padded || l.offset != 0 || strides != nil && len(strides) != n {
 		return false
 	}
+	if n == 1 && strides != nil { // the common case, without the loops
+		return l.inl[0] == shape[0] && l.inl[inlineDims] == strides[0]
+	}
 	ls, lst := l.dims()
 	for d, e := range shape {
 		if ls[d] != e {

@@ -349,7 +349,7 @@ func (sc *callScratch) release(cargs []C.dlb_arg) {
 				}
 			}
 		}
-		sc.tensors[i], sc.values[i].Str = nil, ""
+		sc.tensors[i], sc.values[i] = nil, pyfunc.Value{} // a parameter left out next time reads Kind 0
 	}
 	sc.done()
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -399,15 +400,8 @@ func (f *Func) checkTensor(i int, v *zerocopy.View, binds []dimBinding) error {
 	if !v.Alive() {
 		return ValueErrorf("%s: argument %s: the tensor is closed", f.Name, p.Name)
 	}
-	if len(t.DTypes) > 0 {
-		ok := false
-		for _, d := range t.DTypes {
-			if v.DType() == d {
-				ok = true
-				break
-			}
-		}
-		if !ok {
+	if dt := v.DType(); len(t.DTypes) > 0 && dt != t.DTypes[0] {
+		if !slices.Contains(t.DTypes[1:], dt) {
 			return TypeErrorf("%s: argument %s: want %s; got %s: dtype", f.Name, p.Name, f.want(p, binds), v.Describe())
 		}
 	}
