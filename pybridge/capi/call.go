@@ -163,6 +163,7 @@ type lentArg struct {
 // cost more than the rest of the argument (bench/results/gofunc-2core).
 type callScratch struct {
 	args    pyfunc.Args // the fields a call does not change are set once
+	out     pyfunc.Outcome
 	tensors [pyfunc.MaxParams]*zerocopy.View
 	values  [pyfunc.MaxParams]pyfunc.Value
 	side    [pyfunc.MaxParams]callArg
@@ -188,6 +189,7 @@ func (sc *callScratch) done() {
 		sc.outTensors[i], sc.outValues[i].Str, sc.owned[i] = nil, "", nil
 	}
 	sc.args.Tensors, sc.args.Values = nil, nil
+	sc.out = pyfunc.Outcome{}
 	scratches.Put(sc)
 }
 
@@ -261,8 +263,8 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 			return pybridge.Errorf(pybridge.TypeError, "%s: argument %s: want %s, got a tensor", f.Name, p.Name, p.GoType)
 		}
 	}
-	out, err := f.Call(a, 0)
-	if err != nil {
+	out := &sc.out
+	if err := f.CallInto(a, out); err != nil {
 		return err
 	}
 	// A dlbridge tensor the body wrote on the caller's stream outlives the
@@ -276,7 +278,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 			}
 		}
 	}
-	return publishResults(f, &out, side, sc.owned[:len(f.Results)], res, infos)
+	return publishResults(f, out, side, sc.owned[:len(f.Results)], res, infos)
 }
 
 // tensorArg makes the view of a tensor argument; *lent is the allocation

@@ -202,9 +202,18 @@ func (b dimBinding) set() bool { return b.from > 0 }
 // runs the body and collects its results. An error is classified for
 // Python (*Error): a mismatch names the function, the argument, what it
 // expects and what came; a panic in the body comes back as RuntimeError.
-func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
+func (f *Func) Call(a *Args, stream uintptr) (Outcome, error) {
+	var out Outcome
+	err := f.CallInto(a, &out)
+	return out, err
+}
+
+// CallInto is Call with the outcome written to *out (left zero on error):
+// for a caller calling in a loop, which keeps out, as the bridge does.
+func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
+	*out = Outcome{}
 	if len(a.Tensors) != len(f.Params) || len(a.Values) != len(f.Params) {
-		return out, RuntimeErrorf("%s: %d tensor and %d value slots for %d parameters", f.Name, len(a.Tensors), len(a.Values), len(f.Params))
+		return RuntimeErrorf("%s: %d tensor and %d value slots for %d parameters", f.Name, len(a.Tensors), len(a.Values), len(f.Params))
 	}
 	var dims [8]dimBinding
 	binds := dims[:0]
@@ -218,14 +227,14 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 	for _, i := range f.tensorIdx {
 		v := a.Tensors[i]
 		if v == nil {
-			return out, TypeErrorf("%s: missing tensor argument %s", f.Name, f.Params[i].Name)
+			return TypeErrorf("%s: missing tensor argument %s", f.Name, f.Params[i].Name)
 		}
 		if err := f.checkTensor(i, v, binds); err != nil {
-			return out, err
+			return err
 		}
 		if d := v.Device(); isCUDA(d) {
 			if dev >= 0 && int(d.ID) != dev {
-				return out, ValueErrorf("%s: argument %s is on %v but %s is on cuda:%d: all CUDA tensors of a call must be on one device", f.Name, f.Params[i].Name, d, devFrom, dev)
+				return ValueErrorf("%s: argument %s is on %v but %s is on cuda:%d: all CUDA tensors of a call must be on one device", f.Name, f.Params[i].Name, d, devFrom, dev)
 			}
 			dev, devFrom = int(d.ID), f.Params[i].Name
 		}
@@ -238,15 +247,15 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 	if dev >= 0 {
 		if a.Stream == 0 && a.DefaultStream != nil {
 			if a.Stream, err = a.DefaultStream(dev); err != nil {
-				return out, err
+				return err
 			}
 		}
 		if a.Stream == 0 {
-			return out, ValueErrorf("%s: no CUDA stream for the call on cuda:%d", f.Name, dev)
+			return ValueErrorf("%s: no CUDA stream for the call on cuda:%d", f.Name, dev)
 		}
 		ctx, err := zerocopy.DeviceContext(dev)
 		if err != nil {
-			return out, RuntimeErrorf("%s: cuda:%d: %w", f.Name, dev, err)
+			return RuntimeErrorf("%s: cuda:%d: %w", f.Name, dev, err)
 		}
 		s = ctx.WrapStream(a.Stream)
 		out.Stream = a.Stream
@@ -269,7 +278,7 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 			err = v.Synchronize()
 		}
 		if err != nil {
-			return out, fmt.Errorf("%s: ordering argument %s before the call: %w", f.Name, f.Params[i].Name, err)
+			return fmt.Errorf("%s: ordering argument %s before the call: %w", f.Name, f.Params[i].Name, err)
 		}
 	}
 	fr, pooled := a.Frame, false
@@ -280,30 +289,37 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 		}
 		pooled = true
 	}
-	defer fr.reset(f, pooled)
+	err = f.runIn(fr, s, a, out)
+	fr.reset(f, pooled)
+	return err
+}
+
+// runIn passes a's arguments to the body through fr, runs it and collects
+// its results; the caller resets fr.
+func (f *Func) runIn(fr *Frame, s *cuda.Stream, a *Args, out *Outcome) error {
 	fr.S = s
-	for k := range f.Params {
+	for _, i := range f.tensorIdx {
+		fr.V[f.Params[i].goIndex] = a.Tensors[i]
+	}
+	for _, k := range f.scalarIdx {
 		p := &f.Params[k]
 		v := &a.Values[k]
-		switch {
-		case p.Kind == TensorKind:
-			fr.V[p.goIndex] = a.Tensors[k]
-			continue
-		case v.Kind == 0 && !p.HasDefault:
-			return out, TypeErrorf("%s: missing argument %s (%s)", f.Name, p.Name, pyType(p.Kind, p.GoType))
-		case v.Kind == 0:
+		if v.Kind == 0 {
+			if !p.HasDefault {
+				return TypeErrorf("%s: missing argument %s (%s)", f.Name, p.Name, pyType(p.Kind, p.GoType))
+			}
 			v = &p.defValue
 		}
 		if msg := v.store(p, fr); msg != "" {
 			if strings.Contains(msg, "out of range") {
-				return out, ValueErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
+				return ValueErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
 			}
-			return out, TypeErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
+			return TypeErrorf("%s: argument %s: %s", f.Name, p.Name, msg)
 		}
 	}
 	if err := f.run(fr); err != nil {
 		fr.closeResults(f)
-		return out, fmt.Errorf("%s: %w", f.Name, err)
+		return fmt.Errorf("%s: %w", f.Name, err)
 	}
 	// What the body wrote is pending on the stream.
 	if s != nil {
@@ -313,15 +329,18 @@ func (f *Func) Call(a *Args, stream uintptr) (out Outcome, err error) {
 			}
 		}
 	}
-	return f.collect(fr, s, a)
+	return f.collect(fr, s, a, out)
 }
 
 // reset clears what f's call left in fr (no pointer outlives the call in
 // a reused frame) and, if it came from f's pool, gives it back.
 func (fr *Frame) reset(f *Func, pooled bool) {
 	fr.S = nil
-	for i := 0; i < f.nin; i++ {
-		fr.V[i], fr.Str[i] = nil, ""
+	for _, i := range f.tensorIdx {
+		fr.V[f.Params[i].goIndex] = nil
+	}
+	for _, g := range f.strSlots {
+		fr.Str[g] = ""
 	}
 	for i := range f.Results {
 		fr.RV[i], fr.RStr[i] = nil, ""
@@ -393,8 +412,51 @@ func (f *Func) run(fr *Frame) (err error) {
 func isCUDA(d dlpack.Device) bool { return d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged }
 
 // checkTensor checks v against the spec of parameter i, binding named
-// dimensions.
+// dimensions. The test runs on every call, so it is one pass without
+// messages; a tensor it refuses goes to explainTensor, which names what
+// is wrong.
 func (f *Func) checkTensor(i int, v *zerocopy.View, binds []dimBinding) error {
+	p := &f.Params[i]
+	t := &p.Tensor
+	ok := v.Alive() && t.Device.accepts(v.Device()) && (!t.Writable || !v.ReadOnly())
+	if dt := v.DType(); ok && len(t.DTypes) > 0 && dt != t.DTypes[0] {
+		ok = slices.Contains(t.DTypes[1:], dt)
+	}
+	switch t.Order {
+	case zerocopy.COrder:
+		ok = ok && v.IsCContiguous()
+	case zerocopy.FOrder:
+		ok = ok && v.IsFContiguous()
+	}
+	if ok && t.Shape != nil {
+		ok = v.NDim() == len(t.Shape)
+		for j := 0; ok && j < len(t.Shape); j++ {
+			got, _ := v.Dim(j)
+			if at := p.dimAt[j]; at >= 0 {
+				b := &binds[at]
+				if !b.set() {
+					*b = dimBinding{size: got, from: i + 1}
+				}
+				ok = b.size == got
+			} else if sz := t.Shape[j].Size; sz >= 0 {
+				ok = got == sz
+			}
+		}
+	}
+	if ok {
+		return nil
+	}
+	if err := f.explainTensor(i, v, binds); err != nil {
+		return err
+	}
+	// The two tests disagree: refuse rather than run the body on a tensor
+	// one of them would not take.
+	return RuntimeErrorf("%s: argument %s: refused without a reason (%s); please report this", f.Name, f.Params[i].Name, v.Describe())
+}
+
+// explainTensor is checkTensor's test written check by check, each with
+// the message that names what it refuses.
+func (f *Func) explainTensor(i int, v *zerocopy.View, binds []dimBinding) error {
 	p := &f.Params[i]
 	t := &p.Tensor
 	if !v.Alive() {
@@ -481,13 +543,13 @@ func panicSite() string {
 	}
 }
 
-// collect turns the body's results in fr into an Outcome.
-func (f *Func) collect(fr *Frame, s *cuda.Stream, a *Args) (Outcome, error) {
+// collect turns the body's results in fr into *out (left zero on error).
+func (f *Func) collect(fr *Frame, s *cuda.Stream, a *Args, out *Outcome) error {
 	stream := a.Stream
-	out := Outcome{Stream: stream}
+	out.Stream = stream
 	n := len(f.Results)
 	if n == 0 {
-		return out, nil
+		return nil
 	}
 	if len(a.OutTensors) >= n && len(a.OutValues) >= n {
 		out.Tensors, out.Values = a.OutTensors[:n:n], a.OutValues[:n:n]
@@ -502,7 +564,8 @@ func (f *Func) collect(fr *Frame, s *cuda.Stream, a *Args) (Outcome, error) {
 			v := fr.RV[i]
 			if v == nil {
 				fr.closeResults(f)
-				return Outcome{}, RuntimeErrorf("%s: result %d is a nil *zerocopy.View with a nil error", f.Name, i+1)
+				*out = Outcome{}
+				return RuntimeErrorf("%s: result %d is a nil *zerocopy.View with a nil error", f.Name, i+1)
 			}
 			if s != nil && isCUDA(v.Device()) {
 				if v.Stream() == 0 {
@@ -518,7 +581,8 @@ func (f *Func) collect(fr *Frame, s *cuda.Stream, a *Args) (Outcome, error) {
 				}
 				if err != nil {
 					fr.closeResults(f)
-					return Outcome{}, RuntimeErrorf("%s: result %d: %v", f.Name, i+1, err)
+					*out = Outcome{}
+					return RuntimeErrorf("%s: result %d: %v", f.Name, i+1, err)
 				}
 			}
 			out.Tensors[i] = v
@@ -534,7 +598,7 @@ func (f *Func) collect(fr *Frame, s *cuda.Stream, a *Args) (Outcome, error) {
 			out.Values[i] = Value{Kind: StringKind, Str: fr.RStr[i]}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // closeTensors closes the result views that hold a reference.

@@ -81,6 +81,8 @@ type Func struct {
 	streamAt  int       // index of the *cuda.Stream parameter, -1 if none
 	hasErr    bool      // the last result is an error
 	tensorIdx []int
+	scalarIdx []int    // the scalar parameters' indices in Params
+	strSlots  []int    // the Go parameter indices of the string parameters
 	dims      []string // the named dimensions, in order of first use
 }
 
@@ -259,6 +261,12 @@ func NewFunc(schema string, fn any, doc ...string) (*Func, error) {
 			return nil, err
 		}
 		p.goIndex = i
+		if p.Kind != TensorKind {
+			f.scalarIdx = append(f.scalarIdx, len(f.Params))
+		}
+		if p.Kind == StringKind {
+			f.strSlots = append(f.strSlots, i)
+		}
 		if p.Kind == TensorKind {
 			f.tensorIdx = append(f.tensorIdx, len(f.Params))
 			p.dimAt = make([]int, len(p.Tensor.Shape))
