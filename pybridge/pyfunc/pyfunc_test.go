@@ -296,3 +296,69 @@ func FuzzParseSchema(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckTensorAgreesWithExplain: the one-pass test a call runs and the
+// check-by-check one that writes the message accept exactly the same
+// tensors, over every pair of spec and tensor below (dtype sets, fixed and
+// named dimensions shared between parameters, orders, devices, writable,
+// read-only and closed views).
+func TestCheckTensorAgreesWithExplain(t *testing.T) {
+	specs := []string{
+		"", "float32", "float32|int64", "int64|float32 [N]", "[N, N]", "[*, 3] C", "[2, *] F",
+		"float32 [N, K] C writable", "cpu", "cuda", "[]", "float64 [N] writable",
+	}
+	buf := make([]float32, 64)
+	ints := make([]int64, 64)
+	var views []*zerocopy.View
+	add := func(v *zerocopy.View, err error) *zerocopy.View {
+		if err != nil {
+			t.Fatal(err)
+		}
+		views = append(views, v)
+		return v
+	}
+	add(zerocopy.FromSlice(buf[:6], 6))
+	add(zerocopy.FromSlice(buf[:6], 2, 3))
+	add(zerocopy.FromSlice(buf[:6], 3, 2))
+	add(zerocopy.FromSlice(buf[:9], 3, 3))
+	add(zerocopy.FromSlice(ints[:6], 2, 3))
+	add(zerocopy.FromSlice(buf[:1]))
+	sq := add(zerocopy.FromSlice(buf[16:32], 4, 4))
+	tr, err := sq.Transpose(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	views = append(views, tr)
+	ro, err := zerocopy.Wrap(zerocopy.Spec{Ptr: sq.Ptr(), Device: dlpack.Device{Type: dlpack.CPU}, DType: dlpack.Float32Type,
+		Shape: []int64{2, 3}, ReadOnly: true}, zerocopy.NewOwner(nil, "read-only"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	views = append(views, ro)
+	closed := add(zerocopy.FromSlice(buf[40:46], 2, 3))
+	closed.Close()
+	for _, a := range specs {
+		for _, b := range specs {
+			f, err := NewFunc("t.f(x: "+a+", y: "+b+")", func(x, y *zerocopy.View) {})
+			if err != nil {
+				t.Fatalf("spec %q, %q: %v", a, b, err)
+			}
+			for _, x := range views {
+				for _, y := range views {
+					binds := make([]dimBinding, len(f.dims))
+					ebinds := make([]dimBinding, len(f.dims))
+					for i, v := range []*zerocopy.View{x, y} {
+						fast := f.checkTensor(i, v, binds)
+						slow := f.explainTensor(i, v, ebinds)
+						if (fast == nil) != (slow == nil) || fast != nil && fast.Error() != slow.Error() {
+							t.Errorf("x: %q, y: %q; argument %d %s: checkTensor %v, explainTensor %v", a, b, i, v.Describe(), fast, slow)
+						}
+						if fast != nil {
+							break
+						}
+					}
+				}
+			}
+		}
+	}
+}
