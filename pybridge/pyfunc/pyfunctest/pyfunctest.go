@@ -22,6 +22,7 @@ func init() {
 	pyfunc.Register("pytest.matmul_check(x: float32 [N, K], w: float32 [K, M], out: float32 [N, M] writable)", MatmulCheck)
 	pyfunc.Register("pytest.first_row(x: [R, K])", FirstRow)
 	pyfunc.Register("pytest.keep(x: float32 cpu)", Keep)
+	pyfunc.Register("pytest.keep_first(x: float32 cpu, y: float32 cpu)", KeepFirst)
 	pyfunc.Register("pytest.kept_sum()", KeptSum)
 	pyfunc.Register("pytest.drop()", Drop)
 	pyfunc.Register("pytest.keep_unretained(x: float32 [N] cpu)", KeepUnretained)
@@ -93,6 +94,9 @@ func Keep(x *zerocopy.View) error {
 	kept.v = r
 	return nil
 }
+
+// KeepFirst keeps a reference on x, and none on y, after the call.
+func KeepFirst(x, y *zerocopy.View) error { return Keep(x) }
 
 // KeptSum sums the kept tensor's elements.
 func KeptSum() (float64, error) {

@@ -310,6 +310,24 @@ def test_a_view_kept_after_the_call_keeps_its_memory():
     y.resize(100, refcheck=False)  # Go let go of it
 
 
+def test_a_view_kept_of_one_argument_keeps_that_argument_alone():
+    # Each array a call is given has a reference of its own: a view the
+    # body keeps of x keeps x, not y, and dropping it lets x go.
+    x = np.arange(5, dtype=np.float32)
+    y = np.ones(3, np.float32)
+    rx, ry = sys.getrefcount(x), sys.getrefcount(y)
+    for _ in range(3):
+        ops.pytest.keep_first(x, y)
+        assert sys.getrefcount(x) > rx and sys.getrefcount(y) == ry
+        assert ops.pytest.kept_sum() == 10.0
+        ops.pytest.drop()
+        assert (sys.getrefcount(x), sys.getrefcount(y)) == (rx, ry)
+    # Calls after a kept one keep nothing.
+    ops.gofunc.scale(y, y, 1.0)
+    ops.gofunc.scale(x, x, 1.0)
+    assert (sys.getrefcount(x), sys.getrefcount(y)) == (rx, ry)
+
+
 def test_a_view_kept_without_retain_fails_loudly_after_the_call():
     # The body keeps x[1:] without a reference of its own. Its use after
     # the call is an error, also once later calls reuse the call's views.
