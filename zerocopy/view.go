@@ -109,7 +109,9 @@ func (v *View) init(s *Spec, owner *Owner) error {
 		if st&1 == 0 {
 			return fmt.Errorf("zerocopy: Init of an open view (%s)", v.owner.label)
 		}
-		v.holder, v.hstate, v.leak = nil, 0, nil
+		if v.holder != nil || v.leak != nil {
+			v.holder, v.hstate, v.leak = nil, 0, nil
+		}
 		v.state.Store(st + 1)
 		reused = true
 	}

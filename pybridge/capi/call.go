@@ -351,7 +351,13 @@ func (sc *callScratch) release(cargs []C.dlb_arg) {
 				}
 			}
 		}
-		sc.tensors[i], sc.values[i] = nil, pyfunc.Value{} // a parameter left out next time reads Kind 0
+		sc.tensors[i] = nil
+		if v := &sc.values[i]; v.Kind != 0 {
+			v.Kind = 0 // a parameter left out next time reads Kind 0
+			if v.Str != "" {
+				v.Str = ""
+			}
+		}
 	}
 	sc.done()
 }

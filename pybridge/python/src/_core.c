@@ -1692,12 +1692,15 @@ static int ndarray_arg(PyObject *obj, dlb_arg *a, argkeep *k) {
 	uint8_t code, bits;
 	int nd = arr->nd;
 	if (nd < 0 || nd > ARG_INLINE_DIMS || !d || d->byteorder == '>' || !ndarray_dtype(d->type_num, &code, &bits)) return 0;
-	int64_t item = bits / 8;
+	// Item sizes here are powers of two: a mask and a shift instead of a
+	// division per dimension (a division costs tens of cycles).
+	int shift = __builtin_ctz(bits / 8u);
+	int64_t mask = ((int64_t)1 << shift) - 1;
 	for (int i = 0; i < nd; i++) {
 		int64_t st = arr->strides[i];
-		if (st % item) return 0;
+		if (st & mask) return 0;
 		k->shape[i] = arr->dimensions[i];
-		k->strides[i] = st / item;
+		k->strides[i] = st >> shift; // exact: st is a multiple of 1 << shift
 	}
 	Py_INCREF(obj); // held for the call, as a buffer export would be
 	k->held = obj;
