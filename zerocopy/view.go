@@ -303,6 +303,12 @@ func (v *View) Retain() (*View, error) {
 	if err := v.owner.Retain(); err != nil {
 		return nil, fmt.Errorf("zerocopy: Retain: %w", err)
 	}
+	if v.isClosed() {
+		// Closed while the reference was taken (a Lease's End, which
+		// reads the count after it closes its views): give it back.
+		v.owner.Release()
+		return nil, fmt.Errorf("zerocopy: Retain: %w", ErrClosed)
+	}
 	nv := v.sub(&v.lay)
 	nv.holder = nil
 	trackLeak(nv)
