@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -82,15 +83,19 @@ func codeOf(err error) pybridge.Code {
 	return pybridge.CodeOf(err)
 }
 
-// argKeeper is the owner's releaser of memory a Python object lends to a
-// call (DLB_ARG_MEMORY). Usually the call's own reference is the last:
-// C then gives the memory back when the call returns. When the body kept
-// a view (a Retain, a result that views the argument), the memory must
-// outlive the call: Go reports a token, C answers with a Python object
-// that holds the memory (dlb_call_keep), and the last release drops it.
+// argKeeper is the releaser of memory Python objects lend to a call
+// (DLB_ARG_MEMORY): one argument's, or all those under the call's lease.
+// Usually the call's own reference is the last: C then gives the memory
+// back when the call returns. When the body kept a view (a Retain, a
+// result that views an argument), the memory must outlive the call: Go
+// reports a token for each argument the keeper answers for, C answers each
+// with a Python object that holds that memory (dlb_call_keep), and the
+// last release drops them.
 type argKeeper struct {
-	state int32          // sync/atomic's functions; written plainly only before the call shares it
-	keep  unsafe.Pointer // a PyObject*, once kept
+	state int32 // sync/atomic's functions; written plainly only before the call shares it
+	want  int   // the objects C gives for the token (set before the token is)
+	mu    sync.Mutex
+	keep  []unsafe.Pointer // PyObject*s, as C gives them; complete once state is keepKept
 }
 
 const (
@@ -112,7 +117,7 @@ func (k *argKeeper) Release() {
 				return // C has not given its object yet: it drops it at once
 			}
 		case keepKept:
-			pybridge.PyDecRef(k.keep)
+			k.drop()
 			return
 		default:
 			return
@@ -120,24 +125,52 @@ func (k *argKeeper) Release() {
 	}
 }
 
+// drop gives back the objects C gave.
+func (k *argKeeper) drop() {
+	for _, o := range k.keep {
+		pybridge.PyDecRef(o)
+	}
+	k.keep = nil
+}
+
+// await makes k wait for want objects from C, if no release came first,
+// and returns their token (0: nothing to keep).
+func (k *argKeeper) await(want int) C.uint64_t {
+	k.want = want
+	if !atomic.CompareAndSwapInt32(&k.state, keepInCall, keepAwaiting) {
+		return 0
+	}
+	return C.uint64_t(awaitingKeep.Add(k))
+}
+
 var awaitingKeep pybridge.Table[*argKeeper]
 
 // dlb_call_keep hands Go obj, a PyObject* with a reference Go now owns,
-// that keeps alive the memory of the argument token names (dlb_arg.kept).
-// Go drops obj when the last view of that memory is closed, or at once
-// when that already happened.
+// that keeps alive the memory of an argument that token names
+// (dlb_arg.kept). Go drops obj when the last view of that memory is
+// closed, or, when that already happened, once C has given all the
+// token's objects.
 //
 //export dlb_call_keep
 func dlb_call_keep(token C.uint64_t, obj unsafe.Pointer) C.int32_t {
 	return fence(func() error {
-		k, err := awaitingKeep.Delete(pybridge.Handle(token))
+		k, err := awaitingKeep.Get(pybridge.Handle(token))
 		if err != nil {
 			pybridge.PyDecRef(obj)
 			return err
 		}
-		k.keep = obj
+		k.mu.Lock()
+		k.keep = append(k.keep, obj)
+		complete := len(k.keep) >= k.want
+		k.mu.Unlock()
+		if !complete {
+			return nil
+		}
+		if _, err := awaitingKeep.Delete(pybridge.Handle(token)); err != nil {
+			return err // an extra answer for the token: its object stays in the list
+		}
 		if !atomic.CompareAndSwapInt32(&k.state, keepAwaiting, keepKept) {
-			pybridge.PyDecRef(obj) // released meanwhile: nothing to keep
+			k.drop() // released meanwhile: nothing to keep
 		}
 		return nil
 	})
@@ -155,6 +188,31 @@ type lentArg struct {
 	view   zerocopy.View
 	owner  zerocopy.Owner
 	keeper argKeeper
+	leased zerocopy.View // host memory under the call's lease
+}
+
+// callLease is the one reference a call holds on all the host memory its
+// arguments lend (zerocopy.Lease): a call in a loop then costs one locked
+// instruction for its arrays, where a view with an owner of its own costs
+// four per array. The price: a view the body keeps of one array keeps the
+// call's other arrays too, until it is closed.
+type callLease struct {
+	zl     zerocopy.Lease
+	keeper argKeeper
+	open   bool
+}
+
+// begin starts the lease's use for this call, once.
+func (ls *callLease) begin() error {
+	if ls.open {
+		return nil
+	}
+	ls.keeper.state = keepInCall // not shared yet
+	if err := ls.zl.Begin(&ls.keeper, "call arguments"); err != nil {
+		return err
+	}
+	ls.open = true
+	return nil
 }
 
 // callScratch is what a call needs besides its arguments' memory, taken
@@ -168,6 +226,7 @@ type callScratch struct {
 	values  [pyfunc.MaxParams]pyfunc.Value
 	side    [pyfunc.MaxParams]callArg
 	lent    [pyfunc.MaxParams]*lentArg // nil where a body kept the last one
+	lease   *callLease                 // nil after a call whose body kept a view under it
 	// The outcome's slices and the result views handed to C.
 	outTensors [pyfunc.MaxParams]*zerocopy.View
 	outValues  [pyfunc.MaxParams]pyfunc.Value
@@ -197,6 +256,7 @@ func (sc *callScratch) done() {
 type callArg struct {
 	borrowed *pybridge.Tensor // DLB_ARG_HANDLE
 	lent     *lentArg         // DLB_ARG_MEMORY
+	leased   bool             // lent's view is lent.leased, under the call's lease
 }
 
 // dlb_call calls registered function fn with nargs arguments (one per
@@ -240,7 +300,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 		ca.kept = 0
 		p := &f.Params[i]
 		if p.Kind == pyfunc.TensorKind {
-			v, err := tensorArg(f, p, ca, &side[i], &sc.lent[i])
+			v, err := sc.tensorArg(f, p, ca, &side[i], &sc.lent[i])
 			if err != nil {
 				return err
 			}
@@ -283,7 +343,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 
 // tensorArg makes the view of a tensor argument; *lent is the allocation
 // for a lent one's view (nil: make one).
-func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, lent **lentArg) (*zerocopy.View, error) {
+func (sc *callScratch) tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, lent **lentArg) (*zerocopy.View, error) {
 	switch ca.kind {
 	case C.DLB_ARG_HANDLE:
 		t, err := pybridge.Borrow(pybridge.Handle(ca.handle))
@@ -320,6 +380,19 @@ func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, le
 			l = new(lentArg)
 			*lent = l
 		}
+		if s.Stream == 0 && s.Device.Type == dlpack.CPU { // no pending write: under the lease
+			if sc.lease == nil {
+				sc.lease = new(callLease)
+			}
+			if err := sc.lease.begin(); err != nil {
+				return nil, pybridge.WithCode(pybridge.RuntimeError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err))
+			}
+			if err := sc.lease.zl.Borrow(&l.leased, s); err != nil {
+				return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err))
+			}
+			side.lent, side.leased = l, true
+			return &l.leased, nil
+		}
 		l.keeper.state = keepInCall // not shared yet
 		l.owner.Init(&l.keeper, "call argument")
 		if err := l.view.Init(s, &l.owner); err != nil {
@@ -335,20 +408,22 @@ func tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg, side *callArg, le
 // a Python object lent that the body kept gets a token in dlb_arg.kept
 // (see argKeeper), and its allocation stays with it.
 func (sc *callScratch) release(cargs []C.dlb_arg) {
+	var leased uint32 // the arguments under the lease, by index
 	for i := range cargs {
 		s := &sc.side[i]
 		if s.borrowed != nil {
 			s.borrowed.Return()
 			s.borrowed = nil
 		}
-		if l := s.lent; l != nil {
+		if l := s.lent; l != nil && s.leased {
+			s.lent, s.leased = nil, false
+			leased |= 1 << i
+		} else if l != nil {
 			s.lent = nil
 			l.view.Close()
 			if atomic.LoadInt32(&l.keeper.state) != keepReleased {
 				sc.lent[i] = nil
-				if atomic.CompareAndSwapInt32(&l.keeper.state, keepInCall, keepAwaiting) {
-					cargs[i].kept = C.uint64_t(awaitingKeep.Add(&l.keeper))
-				}
+				cargs[i].kept = l.keeper.await(1)
 			}
 		}
 		sc.tensors[i] = nil
@@ -356,6 +431,19 @@ func (sc *callScratch) release(cargs []C.dlb_arg) {
 			v.Kind = 0 // a parameter left out next time reads Kind 0
 			if v.Str != "" {
 				v.Str = ""
+			}
+		}
+	}
+	if ls := sc.lease; ls != nil && ls.open {
+		ls.open = false
+		if ls.zl.End() { // a view was kept: the arrays stay until it is closed
+			sc.lease = nil
+			if token := ls.keeper.await(bits.OnesCount32(leased)); token != 0 {
+				for i := range cargs {
+					if leased&(1<<i) != 0 {
+						cargs[i].kept = token
+					}
+				}
 			}
 		}
 	}
