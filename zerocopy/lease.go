@@ -60,14 +60,15 @@ func (l *Lease) Begin(r Releaser, label string) error {
 	return nil
 }
 
-// Borrow makes v, a View the caller allocated, a view of s in the current
-// use: it holds no reference, needs no Close (Close does nothing), and
+// Borrow makes v, a View the caller allocated, a view of *s in the current
+// use (s is read, not kept: a pointer, because a call argument's Spec,
+// copied by value, costs a store-forwarding stall per call): it holds no reference, needs no Close (Close does nothing), and
 // every use of it fails with ErrClosed after End. s may not carry a
 // pending write (Stream): the use has one owner, whose pending write would
 // be every view's. v must be zero or a view Borrow made before (a reused
 // allocation: as with View.Init, a layout equal to the one it had is not
 // validated again).
-func (l *Lease) Borrow(v *View, s Spec) error {
+func (l *Lease) Borrow(v *View, s *Spec) error {
 	if !l.open {
 		return fmt.Errorf("zerocopy: Lease.Borrow outside a use (Begin first)")
 	}
@@ -85,7 +86,7 @@ func (l *Lease) Borrow(v *View, s Spec) error {
 		if s.Ptr == 0 && v.lay.Len() != 0 {
 			return fmt.Errorf("zerocopy: data pointer is NULL for %d elements", v.lay.Len())
 		}
-	} else if err := validateSpec(&s, &v.lay); err != nil {
+	} else if err := validateSpec(s, &v.lay); err != nil {
 		v.lay = Layout{offset: -1} // as Init: the same bad spec is validated again
 		return err
 	}

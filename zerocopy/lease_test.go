@@ -16,8 +16,8 @@ type countRelease struct{ n atomic.Int32 }
 
 func (c *countRelease) Release() { c.n.Add(1) }
 
-func f32Spec(s []float32) zerocopy.Spec {
-	return zerocopy.Spec{Ptr: uintptr(unsafe.Pointer(&s[0])), Device: dlpack.Device{Type: dlpack.CPU},
+func f32Spec(s []float32) *zerocopy.Spec {
+	return &zerocopy.Spec{Ptr: uintptr(unsafe.Pointer(&s[0])), Device: dlpack.Device{Type: dlpack.CPU},
 		DType: dlpack.Float32Type, Shape: []int64{int64(len(s))}}
 }
 
@@ -146,7 +146,7 @@ func TestLeaseRefusals(t *testing.T) {
 		}
 	}
 	var own zerocopy.View
-	if err := own.Init(f32Spec(a), zerocopy.NewOwner(nil, "own")); err != nil {
+	if err := own.Init(*f32Spec(a), zerocopy.NewOwner(nil, "own")); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Borrow(&own, f32Spec(a)); err == nil || !strings.Contains(err.Error(), "reference of its own") {
