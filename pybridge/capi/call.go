@@ -362,17 +362,21 @@ func (sc *callScratch) tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg,
 		l := *lent
 		if l == nil {
 			l = new(lentArg)
+			l.spec.Foreign = true
 			*lent = l
 		}
 		// Field by field into the spec the argument keeps: a composite
 		// literal is built aside and copied, and that copy's wide loads of
 		// narrow stores stalled store forwarding, at a third of this
-		// function's time.
+		// function's time. The flag bytes are read two at a time, so the
+		// one that changes is stored only when it does.
 		s := &l.spec
 		s.Ptr, s.Stream = uintptr(ca.handle), uintptr(ca.stream)
 		s.Device.Type, s.Device.ID = dlpack.DeviceType(ca.device_type), int32(ca.device_id)
 		s.DType.Code, s.DType.Bits, s.DType.Lanes = dlpack.TypeCode(ca.code), uint8(ca.bits), uint16(ca.lanes)
-		s.ReadOnly, s.Foreign = ca.flags&C.DLB_INFO_READONLY != 0, true
+		if ro := ca.flags&C.DLB_INFO_READONLY != 0; s.ReadOnly != ro {
+			s.ReadOnly = ro
+		}
 		s.Strides = nil
 		if nd > 0 {
 			// Sound: the caller's arrays of nd extents and strides, valid
