@@ -502,9 +502,33 @@ func (b *builder) write(name, text string) error {
 	return os.WriteFile(filepath.Join(b.dir, name), []byte(text), 0o644)
 }
 
+// pgoProfile is where the dlbridge module keeps the profile that guides
+// the compiler in builds of the library (scripts/pgo-profile.sh).
+const pgoProfile = "pybridge/cmd/libdlbridge/default.pgo"
+
+// profile copies the profile of the dlbridge module the library is built
+// with into the main package, where go build's -pgo=auto finds it: the
+// bridge's call path, which every library shares, is built as in
+// dlbridge's own library (GOFLAGS=-pgo=off builds without it). A module
+// without one, an older dlbridge, builds without it too.
+func (b *builder) profile() error {
+	out, err := b.goCmd(b.dir, b.workFile, "list", "-m", "-f", "{{.Dir}}", dlbridgeModule)
+	if err != nil {
+		return nil // dlbridge's module is found by go build, or it says why
+	}
+	data, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), filepath.FromSlash(pgoProfile)))
+	if err != nil {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(b.dir, "default.pgo"), data, 0o644)
+}
+
 // compile runs go build -buildmode=c-shared on the main module into out.
 func (b *builder) compile(out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := b.profile(); err != nil {
 		return err
 	}
 	header := strings.TrimSuffix(out, filepath.Ext(out)) + ".h"

@@ -308,4 +308,13 @@ func TestInvokersForRegisteredSignatures(t *testing.T) {
 	if strings.Contains(text, "level") {
 		t.Errorf("invokers.go names the unexported type level:\n%s", text)
 	}
+	// The library is built with dlbridge's profile (go build's -pgo=auto
+	// finds it beside the main package).
+	want, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(pgoProfile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(m[1], "default.pgo")); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the main package's default.pgo (%d bytes, %v) is not dlbridge's %s (%d bytes)", len(got), err, pgoProfile, len(want))
+	}
 }
