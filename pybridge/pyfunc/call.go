@@ -412,51 +412,8 @@ func (f *Func) run(fr *Frame) (err error) {
 func isCUDA(d dlpack.Device) bool { return d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged }
 
 // checkTensor checks v against the spec of parameter i, binding named
-// dimensions. The test runs on every call, so it is one pass without
-// messages; a tensor it refuses goes to explainTensor, which names what
-// is wrong.
+// dimensions.
 func (f *Func) checkTensor(i int, v *zerocopy.View, binds []dimBinding) error {
-	p := &f.Params[i]
-	t := &p.Tensor
-	ok := v.Alive() && t.Device.accepts(v.Device()) && (!t.Writable || !v.ReadOnly())
-	if dt := v.DType(); ok && len(t.DTypes) > 0 && dt != t.DTypes[0] {
-		ok = slices.Contains(t.DTypes[1:], dt)
-	}
-	switch t.Order {
-	case zerocopy.COrder:
-		ok = ok && v.IsCContiguous()
-	case zerocopy.FOrder:
-		ok = ok && v.IsFContiguous()
-	}
-	if ok && t.Shape != nil {
-		ok = v.NDim() == len(t.Shape)
-		for j := 0; ok && j < len(t.Shape); j++ {
-			got, _ := v.Dim(j)
-			if at := p.dimAt[j]; at >= 0 {
-				b := &binds[at]
-				if !b.set() {
-					*b = dimBinding{size: got, from: i + 1}
-				}
-				ok = b.size == got
-			} else if sz := t.Shape[j].Size; sz >= 0 {
-				ok = got == sz
-			}
-		}
-	}
-	if ok {
-		return nil
-	}
-	if err := f.explainTensor(i, v, binds); err != nil {
-		return err
-	}
-	// The two tests disagree: refuse rather than run the body on a tensor
-	// one of them would not take.
-	return RuntimeErrorf("%s: argument %s: refused without a reason (%s); please report this", f.Name, f.Params[i].Name, v.Describe())
-}
-
-// explainTensor is checkTensor's test written check by check, each with
-// the message that names what it refuses.
-func (f *Func) explainTensor(i int, v *zerocopy.View, binds []dimBinding) error {
 	p := &f.Params[i]
 	t := &p.Tensor
 	if !v.Alive() {
