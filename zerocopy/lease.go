@@ -62,8 +62,9 @@ func (l *Lease) Begin(r Releaser, label string) error {
 
 // Borrow makes v, a View the caller allocated, a view of *s in the current
 // use (s is read, not kept: a pointer, because a call argument's Spec,
-// copied by value, costs a store-forwarding stall per call): it holds no reference, needs no Close (Close does nothing), and
-// every use of it fails with ErrClosed after End. s may not carry a
+// copied by value, costs a store-forwarding stall per call): it holds no
+// reference, needs no Close (Close does nothing), and every use of it
+// fails with ErrClosed after End. s may not carry a
 // pending write (Stream): the use has one owner, whose pending write would
 // be every view's. v must be zero or a view Borrow made before (a reused
 // allocation: as with View.Init, a layout equal to the one it had is not
@@ -82,16 +83,9 @@ func (l *Lease) Borrow(v *View, s *Spec) error {
 	if v.holder != nil {
 		v.hstate = h.state.Load() | 1 // closed until this succeeds
 	}
-	if v.owner != nil && s.Device.Type.Valid() && v.lay.same(s.DType, s.Shape, s.Strides, s.Padded) {
-		if s.Ptr == 0 && v.lay.Len() != 0 {
-			return fmt.Errorf("zerocopy: data pointer is NULL for %d elements", v.lay.Len())
-		}
-	} else if err := validateSpec(s, &v.lay); err != nil {
-		v.lay = Layout{offset: -1} // as Init: the same bad spec is validated again
+	if err := v.take(s, v.owner != nil); err != nil {
 		return err
 	}
-	v.base, v.device = s.Ptr, s.Device
-	v.readOnly, v.copied, v.foreign = s.ReadOnly, s.Copied, s.Foreign
 	v.owner, v.holder, v.hstate, v.leak = h.owner, h, h.state.Load(), nil
 	return nil
 }

@@ -115,28 +115,36 @@ func (v *View) init(s *Spec, owner *Owner) error {
 		v.state.Store(st + 1)
 		reused = true
 	}
-	// A reused allocation usually views memory of the layout it had (a
-	// call in a loop): that layout was validated then, and comparing costs
-	// a fraction of validating again. The null-pointer test is the one
-	// check that depends on more than the layout.
-	if reused && s.Device.Type.Valid() && v.lay.same(s.DType, s.Shape, s.Strides, s.Padded) {
-		if s.Ptr == 0 && v.lay.Len() != 0 {
-			v.state.Add(1)
-			return fmt.Errorf("zerocopy: data pointer is NULL for %d elements", v.lay.Len())
-		}
-	} else if err := validateSpec(s, &v.lay); err != nil {
+	if err := v.take(s, reused); err != nil {
 		v.state.Add(1) // a failed Init leaves the view closed
-		// and a layout no spec matches (offset -1), so that the same bad
-		// spec is validated, and rejected, again.
-		v.lay = Layout{offset: -1}
 		return err
 	}
-	v.base, v.device = s.Ptr, s.Device
-	v.readOnly, v.copied, v.foreign, v.owner = s.ReadOnly, s.Copied, s.Foreign, owner
+	v.owner = owner
 	if s.Stream != 0 { // a view of memory that has others keeps their pending write
 		v.owner.pend.Store(newPending(s.Stream, -1))
 	}
 	trackLeak(v)
+	return nil
+}
+
+// take makes v a view of s's memory, layout and flags (not its owner):
+// the step Init and Lease.Borrow share. A reused allocation usually views
+// memory of the layout it had (a call in a loop): that layout was
+// validated then, and comparing costs a fraction of validating again; the
+// null-pointer test is the one check that depends on more than the
+// layout. On error v's layout matches no spec (offset -1), so that the
+// same bad spec is validated, and rejected, again.
+func (v *View) take(s *Spec, reused bool) error {
+	if reused && s.Device.Type.Valid() && v.lay.same(s.DType, s.Shape, s.Strides, s.Padded) {
+		if s.Ptr == 0 && v.lay.Len() != 0 {
+			return fmt.Errorf("zerocopy: data pointer is NULL for %d elements", v.lay.Len())
+		}
+	} else if err := validateSpec(s, &v.lay); err != nil {
+		v.lay = Layout{offset: -1}
+		return err
+	}
+	v.base, v.device = s.Ptr, s.Device
+	v.readOnly, v.copied, v.foreign = s.ReadOnly, s.Copied, s.Foreign
 	return nil
 }
 
