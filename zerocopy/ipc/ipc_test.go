@@ -557,18 +557,26 @@ func TestServerClaims(t *testing.T) {
 	}
 }
 
+// acceptChild starts a child as role (see startChild), kills it when the
+// test ends, and returns it with its connection.
+func acceptChild(t *testing.T, ln *ipc.Listener, role, sock string, env ...string) (*exec.Cmd, <-chan string, *ipc.Conn) {
+	t.Helper()
+	cmd, lines := startChild(t, role, sock, env...)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, lines, peer
+}
+
 // recycleSide starts a "recycle" consumer of n tensors and returns the
 // producer's pool (of limit bytes), its baseline, the connection and the
 // child.
 func recycleSide(t *testing.T, limit int64, n int) (*ipc.Pool, uint64, *ipc.Conn, *exec.Cmd, <-chan string) {
 	t.Helper()
 	pool, base, ln, sock := producerSide(t, limit)
-	cmd, lines := startChild(t, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n))
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, lines, peer := acceptChild(t, ln, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n))
 	t.Cleanup(func() { peer.Close() })
 	return pool, base, peer, cmd, lines
 }
@@ -776,12 +784,7 @@ func TestCloseRetiresCached(t *testing.T) {
 	var cmds []*exec.Cmd
 	var outs []<-chan string
 	for i := 0; i < 2; i++ {
-		cmd, lines := startChild(t, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n-i))
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		peer, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
+		cmd, lines, peer := acceptChild(t, ln, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n-i))
 		t.Cleanup(func() { peer.Close() })
 		peers, cmds, outs = append(peers, peer), append(cmds, cmd), append(outs, lines)
 	}
@@ -865,12 +868,7 @@ func TestCloseWhileHeld(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			const n = 5
 			pool, base, ln, sock := producerSide(t, 16<<20)
-			cmd, lines := startChild(t, "byehold", sock, "IPC_TEST_N="+strconv.Itoa(n))
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-			peer, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
+			cmd, lines, peer := acceptChild(t, ln, "byehold", sock, "IPC_TEST_N="+strconv.Itoa(n))
 			s := pool.Stream()
 			for i := 0; i < n; i++ {
 				v, err := pool.Alloc(s, dlpack.Uint32Type, int64(1000*(i+1)))
