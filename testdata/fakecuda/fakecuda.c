@@ -2189,20 +2189,30 @@ static void ipc_poison(alloc *a) {
     }
 }
 
-/* ipc_dead: process pid is gone or a zombie (killed, not yet reaped: its
- * mappings were torn down with it). */
+/* ipc_dead: process pid is gone, a zombie (killed, not yet reaped: its
+ * mappings were torn down with it), or exiting. A killed process's sockets
+ * close while it exits, before it is a zombie, so a producer that frees
+ * when its peer's connection ends can see the peer still there: the
+ * kernel's PF_EXITING flag, set when the exit begins, says it will never
+ * touch the mapping again. A process reaped between the kill(0) and the
+ * read of its /proc entry is gone too (that race once counted a killed
+ * consumer as live). */
 static int ipc_dead(int pid) {
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-    char path[64], buf[256];
+    char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0) return errno == ENOENT || errno == ESRCH;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0) return 0;
+    if (n <= 0) return kill(pid, 0) != 0 && errno == ESRCH;
     buf[n] = 0;
-    char *r = strrchr(buf, ')'); /* "pid (comm) S ..." */
-    return r && r[1] == ' ' && (r[2] == 'Z' || r[2] == 'X');
+    char *r = strrchr(buf, ')'); /* "pid (comm) S ppid pgrp session tty tpgid flags ..." */
+    if (!r || r[1] != ' ') return 0;
+    if (r[2] == 'Z' || r[2] == 'X') return 1;
+    unsigned long flags = 0;
+    if (sscanf(r + 3, " %*d %*d %*d %*d %*d %lu", &flags) != 1) return 0;
+    return (flags & 0x4) != 0; /* PF_EXITING */
 }
 
 /* The mapping table of pool p (shared by the exporter and its importers). */
