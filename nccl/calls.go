@@ -58,7 +58,13 @@ var required = [...]int{
 }
 
 // call calls entry point sym; a missing optional symbol answers
-// resultNoSymbol.
+// resultNoSymbol. Pointer arguments must be converted in the call
+// expression (uintptr(unsafe.Pointer(&x))): go:uintptrescapes then moves
+// what they point at to the heap and keeps it there for the call, as it
+// does for purego.SyscallN itself; a conversion made earlier would leave
+// a stack address that a stack growth can invalidate.
+//
+//go:uintptrescapes
 func call(sym int, args ...uintptr) Result {
 	fn := fns[sym]
 	if fn == 0 {
@@ -68,7 +74,9 @@ func call(sym int, args ...uintptr) Result {
 	return Result(int32(r))
 }
 
-// callPtr calls an entry point that returns a C string.
+// callStr calls an entry point that returns a C string.
+//
+//go:uintptrescapes
 func callStr(sym int, args ...uintptr) string {
 	fn := fns[sym]
 	if fn == 0 {
@@ -77,11 +85,6 @@ func callStr(sym int, args ...uintptr) string {
 	r, _, _ := purego.SyscallN(fn, args...)
 	return goString(r)
 }
-
-// ptr passes the address of a Go value to C: sound because the value is
-// kept alive by the caller for the duration of the synchronous call and
-// NCCL does not retain the pointer.
-func ptr[T any](p *T) uintptr { return uintptr(unsafe.Pointer(p)) }
 
 // goString copies a NUL-terminated C string (NCCL's static or
 // thread-local message) into Go memory.

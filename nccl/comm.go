@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/dlbridge/dlbridge/zerocopy"
@@ -30,7 +31,7 @@ func NewUniqueID() (UniqueID, error) {
 	if err := load(); err != nil {
 		return id, err
 	}
-	if r := call(sym_ncclGetUniqueId, ptr(&id)); r != success {
+	if r := call(sym_ncclGetUniqueId, uintptr(unsafe.Pointer(&id))); r != success {
 		return id, newError("ncclGetUniqueId", r, 0)
 	}
 	return id, nil
@@ -202,7 +203,7 @@ func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 	ncfg, name := newConfig(cfg)
 	var r Result
 	if err := onDevice(ctx, func() {
-		r = call(sym_ncclCommInitRankScalable, ptr(&c.h), uintptr(nranks), uintptr(rank), 1, ptr(&id), ptr(ncfg))
+		r = call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&c.h)), uintptr(nranks), uintptr(rank), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
 	}); err != nil {
 		return nil, fmt.Errorf("nccl: InitRank: %w", err)
 	}
@@ -252,7 +253,7 @@ func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
 			first = err
 			break
 		}
-		r := call(sym_ncclCommInitRankScalable, ptr(&comms[i].h), uintptr(len(devs)), uintptr(i), 1, ptr(&id), ptr(ncfg))
+		r := call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&comms[i].h)), uintptr(len(devs)), uintptr(i), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
 		restore()
 		if r != success && r != inProgress {
 			first = newError("ncclCommInitRankScalable", r, 0)
@@ -309,7 +310,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		return nil, c.err("split")
 	}
 	err := onDevice(c.ctx, func() {
-		r = call(sym_ncclCommSplit, c.h, uintptr(int64(color)), uintptr(int64(key)), ptr(&nh), ptr(ncfg))
+		r = call(sym_ncclCommSplit, c.h, uintptr(int64(color)), uintptr(int64(key)), uintptr(unsafe.Pointer(&nh)), uintptr(unsafe.Pointer(ncfg)))
 	})
 	c.mu.RUnlock()
 	runtime.KeepAlive(name)
@@ -328,11 +329,11 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		return nil, err
 	}
 	var n, rk int32
-	if r := call(sym_ncclCommCount, nh, ptr(&n)); r != success {
+	if r := call(sym_ncclCommCount, nh, uintptr(unsafe.Pointer(&n))); r != success {
 		nc.abort()
 		return nil, newError("ncclCommCount", r, nh)
 	}
-	if r := call(sym_ncclCommUserRank, nh, ptr(&rk)); r != success {
+	if r := call(sym_ncclCommUserRank, nh, uintptr(unsafe.Pointer(&rk))); r != success {
 		nc.abort()
 		return nil, newError("ncclCommUserRank", r, nh)
 	}
@@ -390,7 +391,7 @@ func (c *Comm) asyncError() (Result, error) {
 		return 0, c.err("")
 	}
 	var a int32
-	if r := call(sym_ncclCommGetAsyncError, c.h, ptr(&a)); r != success {
+	if r := call(sym_ncclCommGetAsyncError, c.h, uintptr(unsafe.Pointer(&a))); r != success {
 		return 0, newError("ncclCommGetAsyncError", r, c.h)
 	}
 	return Result(a), nil

@@ -13,17 +13,17 @@ type Result int32
 
 // The results NCCL defines (nccl.h).
 const (
-	success              Result = 0
-	ErrUnhandledCUDA     Result = 1
-	ErrSystem            Result = 2
-	ErrInternal          Result = 3
-	ErrInvalidArgument   Result = 4
-	ErrInvalidUsage      Result = 5
-	ErrRemote            Result = 6
-	inProgress           Result = 7
-	ErrNCCLTimeout       Result = 8
-	resultNoSymbol       Result = -1
-	resultNames                 = "ncclSuccess ncclUnhandledCudaError ncclSystemError ncclInternalError ncclInvalidArgument ncclInvalidUsage ncclRemoteError ncclInProgress ncclTimeout"
+	success            Result = 0
+	ErrUnhandledCUDA   Result = 1
+	ErrSystem          Result = 2
+	ErrInternal        Result = 3
+	ErrInvalidArgument Result = 4
+	ErrInvalidUsage    Result = 5
+	ErrRemote          Result = 6
+	inProgress         Result = 7
+	ErrNCCLTimeout     Result = 8
+	resultNoSymbol     Result = -1
+	resultNames               = "ncclSuccess ncclUnhandledCudaError ncclSystemError ncclInternalError ncclInvalidArgument ncclInvalidUsage ncclRemoteError ncclInProgress ncclTimeout"
 )
 
 func (r Result) String() string {

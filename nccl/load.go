@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
@@ -134,7 +135,7 @@ func open() error {
 		fns = found
 		libPath = path
 		var v int32
-		if r := call(sym_ncclGetVersion, ptr(&v)); r != success {
+		if r := call(sym_ncclGetVersion, uintptr(unsafe.Pointer(&v))); r != success {
 			return fmt.Errorf("%w: ncclGetVersion in %s: %v", ErrNoLibrary, path, r)
 		}
 		version = int(v)

@@ -36,8 +36,8 @@ type World struct {
 	conns   map[int]net.Conn // rank 0: one per other rank; others: {0: rank 0}
 	wmu     sync.Mutex       // serializes writes
 	epoch   uint32
-	asks    map[int]uint32       // rank 0: ranks that asked to rebuild, by epoch
-	answers chan []byte          // others: rebuild answers from rank 0
+	asks    map[int]uint32 // rank 0: ranks that asked to rebuild, by epoch
+	answers chan []byte    // others: rebuild answers from rank 0
 	closed  bool
 }
 
