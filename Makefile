@@ -7,7 +7,7 @@ LIB := $(BUILD)/libdlbridge.so
 OPSLIB := $(BUILD)/libopstest.so
 WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
-CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
+CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/... ./nccl/...
 
 .PHONY: all lib ext wheel dist venv typecheck pytest-pythons gotest-aarch64 pytest-aarch64 gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
 

@@ -21,6 +21,8 @@ done
 [ -d bench/bindcost ] && go build -ldflags="-s -w" -o "$G/bin/bindcost" ./bench/bindcost
 [ -d bench/bindcost ] && CGO_ENABLED=0 go build -tags nocgo -ldflags="-s -w" -o "$G/bin/bindcost.nocgo" ./bench/bindcost 2>/dev/null || true
 [ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/dlbridge" ./cmd/dlbridge
+# The NCCL benchmark's Go rank and its torch.distributed twin (bench/nccl).
+[ -d bench/nccl ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/ncclbench" ./bench/nccl && cp bench/nccl/torch_bench.py "$G/bin/"
 # The c-shared library and the Python package exactly as the README builds them:
 # the wheel (abi3: installs on the device's Python 3.12 without Go) and, for
 # PYTHONPATH=$G/py, the package with its extension and library built in place.
