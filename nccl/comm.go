@@ -458,6 +458,19 @@ func (c *Comm) abort() {
 	c.mu.Unlock()
 	if h != 0 {
 		_ = onDevice(c.ctx, func() { call(sym_ncclCommAbort, h) })
+		c.dropEvents()
+	}
+}
+
+// dropEvents destroys the watchdog's spare events (the communicator is
+// done; events of flights still followed go when the watchdog ends).
+func (c *Comm) dropEvents() {
+	c.wmu.Lock()
+	evs := c.events
+	c.events = nil
+	c.wmu.Unlock()
+	for _, e := range evs {
+		_ = e.Destroy()
 	}
 }
 
@@ -500,6 +513,7 @@ func (c *Comm) Finalize() error {
 	if err := onDevice(c.ctx, func() { r = call(sym_ncclCommDestroy, h) }); err != nil {
 		return err
 	}
+	c.dropEvents()
 	if r != success {
 		return newError("ncclCommDestroy", r, 0)
 	}

@@ -31,6 +31,7 @@ func TestKilledRank(t *testing.T) {
 					t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
 				}
 			}
+			t.Logf("rank 0:\n%s", res[0].output)
 		})
 	}
 }
@@ -42,4 +43,5 @@ func TestHungRank(t *testing.T) {
 			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
 		}
 	}
+	t.Logf("rank 1:\n%s", res[1].output)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -262,6 +263,7 @@ func scenarioKill(w *nccl.World) error {
 	if !slices.Equal(oe.Missing, []int{w.Size - 1}) || oe.Op != "all_reduce" {
 		return fmt.Errorf("all_reduce with a dead rank: %v: want op all_reduce and missing [%d]", err, w.Size-1)
 	}
+	fmt.Println("expected failure:", err)
 	if os.Getenv("FAKENCCL_NO_PEER_CHECK") == "1" && !errors.Is(err, nccl.ErrTimeout) {
 		return fmt.Errorf("with no peer check the deadline must end the wait: %v", err)
 	}
@@ -294,7 +296,7 @@ func scenarioKill(w *nccl.World) error {
 }
 
 // scenarioHang: the last rank stays alive but never comes; the others fail
-// by the deadline and say every process is alive.
+// by the deadline and name it (asked, it had issued nothing).
 func scenarioHang(w *nccl.World) error {
 	c := w.Comm()
 	if w.Rank == w.Size-1 {
@@ -310,8 +312,10 @@ func scenarioHang(w *nccl.World) error {
 		err = c.Wait()
 	}
 	var oe *nccl.OpError
-	if !errors.As(err, &oe) || !errors.Is(err, nccl.ErrTimeout) || len(oe.Missing) != 0 {
-		return fmt.Errorf("all_reduce with a hung rank: got %v, want a timeout naming no dead rank", err)
+	if !errors.As(err, &oe) || !errors.Is(err, nccl.ErrTimeout) || !slices.Equal(oe.Missing, []int{w.Size - 1}) ||
+		!strings.Contains(oe.Detail, "alive, issued 0 operations") {
+		return fmt.Errorf("all_reduce with a hung rank: got %v, want a timeout naming rank %d, alive", err, w.Size-1)
 	}
+	fmt.Println("expected failure:", err)
 	return nil
 }

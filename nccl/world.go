@@ -36,8 +36,10 @@ type World struct {
 	conns   map[int]net.Conn // rank 0: one per other rank; others: {0: rank 0}
 	wmu     sync.Mutex       // serializes writes
 	epoch   uint32
-	asks    map[int]uint32 // rank 0: ranks that asked to rebuild, by epoch
-	answers chan []byte    // others: rebuild answers from rank 0
+	asks    map[int]uint32         // rank 0: ranks that asked to rebuild, by epoch
+	answers chan []byte            // others: rebuild answers from rank 0
+	queries map[uint32]chan []byte // progress requests waiting for their replies, by id
+	nextQ   uint32
 	closed  bool
 }
 
@@ -120,6 +122,9 @@ const (
 	msgRebuild = 'R' // rank -> 0: epoch
 	msgAnswer  = 'B' // 0 -> rank: epoch, new rank, new size, id, members
 	msgRefuse  = 'E' // 0 -> rank: why its hello is refused (text)
+	msgQuery   = 'Q' // rank -> 0 -> every rank: query id, key length, key, then for 0 -> rank nothing more
+	msgIssued  = 'A' // rank -> 0: query id, operations issued on that communicator (uint64; all ones: none)
+	msgStatus  = 'S' // 0 -> asking rank: query id, then (rank, issued uint64) per rank that answered
 )
 
 const helloMagic = "DLBNCCL1"
@@ -165,7 +170,7 @@ func Join(o Options) (*World, error) {
 	}
 	w := &World{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, cfg: o.Config, dev: o.Device,
 		dead: map[int]string{}, changed: make(chan struct{}), conns: map[int]net.Conn{},
-		asks: map[int]uint32{}, answers: make(chan []byte, 4)}
+		asks: map[int]uint32{}, answers: make(chan []byte, 4), queries: map[uint32]chan []byte{}}
 	if w.dev < 0 {
 		w.dev = o.LocalRank
 	}
@@ -310,8 +315,146 @@ func (w *World) serve(peer int, c net.Conn) {
 			w.mu.Unlock()
 		case t == msgAnswer:
 			w.answers <- p
+		case t == msgQuery && len(p) >= 8 && w.Rank == 0:
+			go w.answerQuery(peer, p)
+		case t == msgQuery && len(p) >= 8:
+			w.send(0, msgIssued, append(p[:4:4], u64(w.issued(string(p[8:])))...))
+		case (t == msgIssued || t == msgStatus) && len(p) >= 4:
+			w.mu.Lock()
+			ch := w.queries[binary.LittleEndian.Uint32(p)]
+			w.mu.Unlock()
+			if ch != nil {
+				select {
+				case ch <- append(u32s(peer), p[4:]...):
+				default:
+				}
+			}
 		}
 	}
+}
+
+// send writes one frame to rank r (rank 0's connection to it, or the
+// connection to rank 0); a closed connection is reported by serve.
+func (w *World) send(r int, t byte, p []byte) {
+	w.mu.Lock()
+	c := w.conns[r]
+	w.mu.Unlock()
+	if c == nil {
+		return
+	}
+	w.wmu.Lock()
+	_ = writeFrame(c, t, p)
+	w.wmu.Unlock()
+}
+
+func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+
+// noComm is the count of a rank without the communicator asked about.
+const noComm = ^uint64(0)
+
+// issued is the number of operations this rank issued on its communicator
+// with the given key.
+func (w *World) issued(key string) uint64 {
+	w.mu.Lock()
+	c := w.comm
+	w.mu.Unlock()
+	if c == nil || c.Key() != key {
+		return noComm
+	}
+	return c.Issued()
+}
+
+// queryTimeout bounds a progress query: ranks that have not answered by
+// then are counted as not having come.
+const queryTimeout = time.Second
+
+// progress asks every live rank (through rank 0) how many operations it
+// issued on the communicator with this key: job rank -> count.
+func (w *World) progress(key string) map[int]uint64 {
+	w.mu.Lock()
+	w.nextQ++
+	id := w.nextQ
+	ch := make(chan []byte, 2*w.Size)
+	w.queries[id] = ch
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.queries, id)
+		w.mu.Unlock()
+	}()
+	q := append(u32s(int(id), len(key)), key...)
+	if w.Rank == 0 {
+		return w.collect(id, ch, key)
+	}
+	w.send(0, msgQuery, q)
+	t := time.NewTimer(2 * queryTimeout)
+	defer t.Stop()
+	select {
+	case p := <-ch:
+		out := map[int]uint64{}
+		for p = p[4:]; len(p) >= 12; p = p[12:] {
+			out[int(binary.LittleEndian.Uint32(p))] = binary.LittleEndian.Uint64(p[4:])
+		}
+		return out
+	case <-t.C:
+		return nil
+	}
+}
+
+// collect is rank 0's half of a query: ask every other live rank, gather
+// the answers that come within queryTimeout, add its own.
+func (w *World) collect(id uint32, ch chan []byte, key string) map[int]uint64 {
+	q := append(u32s(int(id), len(key)), key...)
+	w.mu.Lock()
+	var ask []int
+	for r := range w.conns {
+		if _, gone := w.dead[r]; !gone {
+			ask = append(ask, r)
+		}
+	}
+	w.mu.Unlock()
+	for _, r := range ask {
+		w.send(r, msgQuery, q)
+	}
+	out := map[int]uint64{0: w.issued(key)}
+	t := time.NewTimer(queryTimeout)
+	defer t.Stop()
+	for len(out) < len(ask)+1 {
+		select {
+		case p := <-ch:
+			if len(p) >= 12 {
+				out[int(binary.LittleEndian.Uint32(p))] = binary.LittleEndian.Uint64(p[4:])
+			}
+		case <-t.C:
+			return out
+		}
+	}
+	return out
+}
+
+// answerQuery is rank 0 serving a query of rank peer.
+func (w *World) answerQuery(peer int, p []byte) {
+	id := binary.LittleEndian.Uint32(p)
+	n := int(binary.LittleEndian.Uint32(p[4:]))
+	if 8+n > len(p) {
+		return
+	}
+	w.mu.Lock()
+	w.nextQ++
+	mine := w.nextQ
+	ch := make(chan []byte, 2*w.Size)
+	w.queries[mine] = ch
+	w.mu.Unlock()
+	got := w.collect(mine, ch, string(p[8:8+n]))
+	w.mu.Lock()
+	delete(w.queries, mine)
+	w.mu.Unlock()
+	reply := u32s(int(id))
+	for r, v := range got {
+		reply = append(reply, u32s(r)...)
+		reply = append(reply, u64(v)...)
+	}
+	w.send(peer, msgStatus, reply)
 }
 
 // notify wakes waiters on w.changed (w.mu held).
@@ -356,33 +499,58 @@ func (w *World) Dead() []int {
 	return out
 }
 
-// Missing implements Missing for the communicators of w: the ranks (of
-// the job, RANK) known to be gone. A rank's exit reaches the others within
-// milliseconds; when none is known yet it waits up to a second for news.
+// Missing implements Missing for the communicators of w: the job ranks
+// (RANK) that did not come to operation seq of the communicator key:
+// those whose process is gone (the rendezvous saw their connection
+// close), those that had not issued operation seq when asked (through
+// rank 0, within a second), and those that did not answer.
 func (w *World) Missing(key string, seq uint64) ([]int, string) {
-	wait := time.NewTimer(time.Second)
-	defer wait.Stop()
-	for {
-		w.mu.Lock()
-		ch := w.changed
-		var ranks []int
-		var parts []string
-		for r, why := range w.dead {
-			ranks = append(ranks, r)
-			parts = append(parts, fmt.Sprintf("rank %d: %s", r, why))
-		}
-		w.mu.Unlock()
-		if len(ranks) > 0 {
-			sort.Ints(ranks)
-			sort.Strings(parts)
-			return ranks, "job ranks; " + strings.Join(parts, "; ")
-		}
-		select {
-		case <-ch:
-		case <-wait.C:
-			return nil, fmt.Sprintf("every rank's process is alive: one of them did not issue operation %d of communicator %s, or is stuck", seq, key)
+	got := w.progress(key)
+	w.mu.Lock()
+	dead := make(map[int]string, len(w.dead))
+	for r, why := range w.dead {
+		dead[r] = why
+	}
+	members := w.members
+	w.mu.Unlock()
+	if members == nil {
+		members = make([]int, w.Size)
+		for i := range members {
+			members[i] = i
 		}
 	}
+	var ranks []int
+	var parts []string
+	for _, r := range members {
+		if r == w.Rank {
+			continue
+		}
+		why, gone := dead[r]
+		n, answered := got[r]
+		switch {
+		case gone:
+			parts = append(parts, fmt.Sprintf("rank %d: %s", r, why))
+		case got == nil:
+			continue // rank 0 unreachable: only the dead are known
+		case !answered:
+			parts = append(parts, fmt.Sprintf("rank %d: no answer from its process", r))
+		case n == noComm:
+			parts = append(parts, fmt.Sprintf("rank %d: not in this communicator any more", r))
+		case n < seq:
+			parts = append(parts, fmt.Sprintf("rank %d: alive, issued %d operations", r, n))
+		default:
+			continue
+		}
+		ranks = append(ranks, r)
+	}
+	if len(ranks) == 0 {
+		if got == nil {
+			return nil, "rank 0 could not be asked about the others"
+		}
+		return nil, fmt.Sprintf("every rank is alive and issued operation %d: the failure is in NCCL or the network", seq)
+	}
+	sort.Ints(ranks)
+	return ranks, "job ranks; " + strings.Join(parts, "; ")
 }
 
 func (w *World) setComm(c *Comm, members []int) {
