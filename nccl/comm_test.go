@@ -28,6 +28,7 @@ func oneRank(t *testing.T) *nccl.Comm {
 
 // Views are checked before NCCL sees them, and the error names what is wrong.
 func TestChecksBeforeNCCL(t *testing.T) {
+	ranks(t, 2) // a view on device 1
 	c := oneRank(t)
 	dev := func(dt dlpack.DataType, shape ...int64) *zerocopy.View {
 		v, err := zerocopy.AllocCUDA(0, dt, shape...)
@@ -86,6 +87,7 @@ func TestChecksBeforeNCCL(t *testing.T) {
 // One process drives two devices: a communicator per device, operations
 // launched together in one group (Batch).
 func TestInitDevicesBatch(t *testing.T) {
+	ranks(t, 2)
 	comms, err := nccl.InitDevices([]int{0, 1}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,28 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// ranks is how many rank processes a test starts: NCCL_TEST_RANKS (default
+// 4, the fake's devices), at most one per GPU on the GPU machine (NCCL
+// refuses two ranks of a communicator on one device); a test that needs
+// more than the machine has is skipped, saying why.
+func ranks(t *testing.T, want int) int {
+	t.Helper()
+	if v, err := strconv.Atoi(os.Getenv("NCCL_TEST_RANKS")); err == nil && v > 0 {
+		want = v
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want > n {
+		want = n
+	}
+	if want < 2 {
+		t.Skipf("needs 2 devices, this machine has %d", n)
+	}
+	return want
+}
+
 // rankResult is what one rank process did.
 type rankResult struct {
 	rank   int

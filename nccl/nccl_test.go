@@ -7,7 +7,7 @@ import (
 )
 
 func TestEveryOperationFourProcesses(t *testing.T) {
-	res := spawn(t, "ops", 4, 2*time.Minute, "DLBRIDGE_NCCL_TIMEOUT=60s")
+	res := spawn(t, "ops", ranks(t, 4), 2*time.Minute, "DLBRIDGE_NCCL_TIMEOUT=60s")
 	for _, r := range res {
 		if r.code != 0 || !strings.Contains(r.output, "ok") {
 			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
@@ -25,7 +25,7 @@ func TestKilledRank(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := append([]string{"DLBRIDGE_NCCL_TIMEOUT=3s"}, tc.env...)
-			res := spawn(t, "kill", 4, time.Minute, env...)
+			res := spawn(t, "kill", ranks(t, 4), time.Minute, env...)
 			for _, r := range res {
 				if r.code != 0 {
 					t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
@@ -37,11 +37,11 @@ func TestKilledRank(t *testing.T) {
 }
 
 func TestHungRank(t *testing.T) {
-	res := spawn(t, "hang", 3, time.Minute, "DLBRIDGE_NCCL_TIMEOUT=2s")
+	res := spawn(t, "hang", ranks(t, 3), time.Minute, "DLBRIDGE_NCCL_TIMEOUT=2s")
 	for _, r := range res {
 		if r.code != 0 {
 			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
 		}
 	}
-	t.Logf("rank 1:\n%s", res[1].output)
+	t.Logf("rank 0:\n%s", res[0].output)
 }

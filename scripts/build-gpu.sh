@@ -12,7 +12,7 @@ rm -rf "$G"; mkdir -p "$G/bin" "$G/py"
 # Test binaries: every package that has GPU tests (they skip without DLBRIDGE_GPU=1),
 # or those GPU_GO_TESTS names ("none": no Go tests, for a bundle that must stay
 # under the device tool's 64 MiB carry limit when only Python runs there).
-for p in ${GPU_GO_TESTS:-cuda zerocopy pybridge cmd/dlbridge}; do
+for p in ${GPU_GO_TESTS:-cuda zerocopy nccl pybridge cmd/dlbridge}; do
   [ -d "$p" ] || continue
   CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.nocgo.test" "./$p" 2>/dev/null || echo "note: no CGO_ENABLED=0 test binary for $p"
   go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.cgo.test" "./$p"
@@ -22,7 +22,7 @@ done
 [ -d bench/bindcost ] && CGO_ENABLED=0 go build -tags nocgo -ldflags="-s -w" -o "$G/bin/bindcost.nocgo" ./bench/bindcost 2>/dev/null || true
 [ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/dlbridge" ./cmd/dlbridge
 # The NCCL benchmark's Go rank and its torch.distributed twin (bench/nccl).
-[ -d bench/nccl ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/ncclbench" ./bench/nccl && cp bench/nccl/torch_bench.py "$G/bin/"
+[ -d bench/nccl ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/ncclbench" ./bench/nccl && cp bench/nccl/torch_bench.py "$G/bin/" && cp bench/nccl/run.sh "$G/bin/nccl-run.sh"
 # The c-shared library and the Python package exactly as the README builds them:
 # the wheel (abi3: installs on the device's Python 3.12 without Go) and, for
 # PYTHONPATH=$G/py, the package with its extension and library built in place.
