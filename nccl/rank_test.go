@@ -122,6 +122,41 @@ func scenarioOps(w *nccl.World) error {
 		return err
 	}
 
+	// half precision (sums exact in float16 and bfloat16) and uint8 min.
+	hsrc, _ := toDevice(c.Device(), s, fill(k, func(i int) zerocopy.Float16 { return zerocopy.Float16From(float32(r) + 0.5) }))
+	if err := c.AllReduce(hsrc, hsrc, nccl.Sum, s); err != nil {
+		return err
+	}
+	gh, err := toHost[zerocopy.Float16](hsrc, s)
+	if err != nil {
+		return err
+	}
+	if err := check("all_reduce float16", gh, fill(k, func(int) zerocopy.Float16 { return zerocopy.Float16From(float32(n*n) / 2) })); err != nil {
+		return err
+	}
+	bsrc, _ := toDevice(c.Device(), s, fill(k, func(i int) zerocopy.BFloat16 { return zerocopy.BFloat16From(float32(2 * r)) }))
+	if err := c.AllReduce(bsrc, bsrc, nccl.Max, s); err != nil {
+		return err
+	}
+	gb, err := toHost[zerocopy.BFloat16](bsrc, s)
+	if err != nil {
+		return err
+	}
+	if err := check("all_reduce bfloat16 max", gb, fill(k, func(int) zerocopy.BFloat16 { return zerocopy.BFloat16From(float32(2 * (n - 1))) })); err != nil {
+		return err
+	}
+	usrc, _ := toDevice(c.Device(), s, fill(k, func(i int) uint8 { return uint8(200 - r + i) }))
+	if err := c.AllReduce(usrc, usrc, nccl.Min, s); err != nil {
+		return err
+	}
+	gu, err := toHost[uint8](usrc, s)
+	if err != nil {
+		return err
+	}
+	if err := check("all_reduce uint8 min", gu, fill(k, func(i int) uint8 { return uint8(200 - (n - 1) + i) })); err != nil {
+		return err
+	}
+
 	// broadcast from rank 1.
 	b, _ := toDevice(c.Device(), s, fill(k, func(i int) float32 { return float32(100*r + i) }))
 	if err := c.Broadcast(b, b, 1, s); err != nil {
