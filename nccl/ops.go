@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -675,4 +676,22 @@ func (c *Comm) Wait() error {
 		pause = backoff(pause)
 		time.Sleep(pause)
 	}
+}
+
+// ParseOp reads a reduction by name as torch.distributed.ReduceOp and
+// CuPy spell them ("sum", "SUM", "product", "avg", ...).
+func ParseOp(name string) (Op, error) {
+	switch strings.ToLower(name) {
+	case "sum":
+		return Sum, nil
+	case "prod", "product":
+		return Prod, nil
+	case "max":
+		return Max, nil
+	case "min":
+		return Min, nil
+	case "avg", "mean":
+		return Avg, nil
+	}
+	return 0, fmt.Errorf("nccl: reduction %q: want sum, prod, max, min or avg", name)
 }
