@@ -352,5 +352,8 @@ func scenarioHang(w *nccl.World) error {
 		return fmt.Errorf("all_reduce with a hung rank: got %v, want a timeout naming rank %d, alive", err, w.Size-1)
 	}
 	fmt.Println("expected failure:", err)
+	// Stay in the job until the other survivors have asked about it: a
+	// rank that exits first would be named as gone in their errors.
+	time.Sleep(3 * time.Second)
 	return nil
 }
