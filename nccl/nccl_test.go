@@ -1,6 +1,7 @@
 package nccl_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,16 @@ func TestEveryOperationFourProcesses(t *testing.T) {
 	}
 }
 
+// opTimeout is the deadline of the failure tests: short against the fake,
+// and on a GPU long enough for NCCL's own initialization (a second or
+// more: contexts, topology, connections), which the deadline also bounds.
+func opTimeout(fake time.Duration) string {
+	if os.Getenv("DLBRIDGE_GPU") == "1" {
+		return "20s"
+	}
+	return fake.String()
+}
+
 func TestKilledRank(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -24,8 +35,8 @@ func TestKilledRank(t *testing.T) {
 		{"deadline only", []string{"FAKENCCL_NO_PEER_CHECK=1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := append([]string{"DLBRIDGE_NCCL_TIMEOUT=3s"}, tc.env...)
-			res := spawn(t, "kill", ranks(t, 4), time.Minute, env...)
+			env := append([]string{"DLBRIDGE_NCCL_TIMEOUT=" + opTimeout(3*time.Second)}, tc.env...)
+			res := spawn(t, "kill", ranks(t, 4), 2*time.Minute, env...)
 			for _, r := range res {
 				if r.code != 0 {
 					t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
@@ -37,7 +48,7 @@ func TestKilledRank(t *testing.T) {
 }
 
 func TestHungRank(t *testing.T) {
-	res := spawn(t, "hang", ranks(t, 3), time.Minute, "DLBRIDGE_NCCL_TIMEOUT=2s")
+	res := spawn(t, "hang", ranks(t, 3), 2*time.Minute, "DLBRIDGE_NCCL_TIMEOUT="+opTimeout(2*time.Second))
 	for _, r := range res {
 		if r.code != 0 {
 			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
