@@ -49,15 +49,21 @@ func load() error {
 // loader's search path, then the nvidia/nccl/lib folder of every Python
 // site-packages we can name (PyTorch's wheels bring NCCL there, and
 // nothing puts it on the loader's path).
-func candidates() []string {
+// The Python folders are looked up only when the loader finds nothing (it
+// may start python3).
+func candidates(yield func(string) bool) {
 	if p := os.Getenv(EnvLibrary); p != "" {
-		return []string{p}
+		yield(p)
+		return
 	}
-	out := []string{DefaultLibrary}
+	if !yield(DefaultLibrary) {
+		return
+	}
 	for _, dir := range sitePackages() {
-		out = append(out, filepath.Join(dir, "nvidia", "nccl", "lib", DefaultLibrary))
+		if !yield(filepath.Join(dir, "nvidia", "nccl", "lib", DefaultLibrary)) {
+			return
+		}
 	}
-	return out
 }
 
 // sitePackages names Python package folders: those of PYTHONPATH and an
@@ -101,7 +107,7 @@ func pythonSitePackages() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, py, "-c",
-		"import site, sys; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))").Output()
+		"import site; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))").Output()
 	if err != nil {
 		return nil
 	}
@@ -110,7 +116,13 @@ func pythonSitePackages() []string {
 
 func open() error {
 	var tried []string
-	for _, path := range candidates() {
+	for path := range candidates {
+		if filepath.IsAbs(path) {
+			if _, err := os.Stat(path); err != nil {
+				tried = append(tried, path+" (absent)")
+				continue
+			}
+		}
 		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
 			tried = append(tried, fmt.Sprintf("%s (%v)", path, err))
