@@ -29,6 +29,8 @@ OUT=${2:-build/peers}
 die() { echo "build-peers: $*" >&2; exit 1; }
 [ -n "${TVM_FFI_SRC:-}" ] || die "set TVM_FFI_SRC to a checkout of apache/tvm-ffi"
 [ -n "${CYTHON_SRC:-}" ] || die "set CYTHON_SRC to a checkout of cython/cython"
+[ -d "$TVM_FFI_SRC" ] || die "TVM_FFI_SRC=$TVM_FFI_SRC is not a folder"
+[ -d "$CYTHON_SRC" ] || die "CYTHON_SRC=$CYTHON_SRC is not a folder"
 TVM_FFI_SRC=$(cd "$TVM_FFI_SRC" && pwd)
 CYTHON_SRC=$(cd "$CYTHON_SRC" && pwd)
 DLPACK_H=$TVM_FFI_SRC/3rdparty/dlpack/include/dlpack/dlpack.h
@@ -46,7 +48,11 @@ CXX=${CXX:-g++}
 
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 B=$R/build/peers-cmake/py$PYVER   # cmake's build tree, one per Python
-rm -rf "$OUT/tvm_ffi" "$B/stage"; mkdir -p "$B"
+rm -rf "$OUT/tvm_ffi" "$B/stage"
+# A build tree configured from another checkout is started again (cmake
+# refuses to reuse it).
+grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$TVM_FFI_SRC" "$B/CMakeCache.txt" 2>/dev/null || rm -rf "$B"
+mkdir -p "$B"
 echo "build-peers: tvm-ffi $(git -C "$TVM_FFI_SRC" describe --tags --always) for $PY ($PYVER) into $OUT"
 
 # tvm-ffi as its wheel lays it out (pyproject.toml: wheel.install-dir tvm_ffi),
@@ -57,7 +63,10 @@ PYTHONPATH=$CYTHON_SRC${PYTHONPATH:+:$PYTHONPATH} cmake -S "$TVM_FFI_SRC" -B "$B
   -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$PY" -DCMAKE_INSTALL_PREFIX="$B/stage" \
   -DTVM_FFI_BUILD_PYTHON_MODULE=ON -DTVM_FFI_BUILD_TESTS=OFF \
   -DTVM_FFI_USE_LIBBACKTRACE=OFF -DTVM_FFI_BACKTRACE_ON_SEGFAULT=OFF > "$B.configure.log" 2>&1 ||
-  { tail -30 "$B.configure.log"; die "cmake configure failed (log: $B.configure.log)"; }
+  { tail -30 "$B.configure.log"
+    grep -q "or higher is required" "$B.configure.log" &&
+      die "cmake $(cmake --version | head -1 | awk '{print $3}') is older than $TVM_FFI_SRC/CMakeLists.txt asks: install a newer one or lower its cmake_minimum_required to 3.25"
+    die "cmake configure failed (log: $B.configure.log)"; }
 PYTHONPATH=$CYTHON_SRC${PYTHONPATH:+:$PYTHONPATH} cmake --build "$B" -j "$(nproc)" > "$B.build.log" 2>&1 ||
   { tail -30 "$B.build.log"; die "build failed (log: $B.build.log)"; }
 cmake --install "$B" > /dev/null
