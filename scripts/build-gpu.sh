@@ -48,4 +48,10 @@ find "$G/py" -name __pycache__ -prune -exec rm -rf {} +
 [ -d examples ] && cp -r examples "$G/examples"
 rm -rf "$G/examples/gofunc/python/build" "$G/examples/gofunc/python"/*.egg-info
 cp scripts/gpu-run.sh "$G/run.sh"
+# The peers bench_gofunc.py sets beside dlbridge (tvm-ffi, nanobind), built
+# here for the device's Python (it has no cmake): GPU_PEERS names a CPython
+# 3.12 with headers; scripts/build-peers.sh says which sources it needs.
+if [ -n "${GPU_PEERS:-}" ]; then
+  scripts/build-peers.sh "$GPU_PEERS" "$G/peers"
+fi
 du -sh "$G"

@@ -35,6 +35,8 @@ func init() {
 	pyfunc.Register("pytest.slow(x: float32 cpu writable, v, spins)", Slow)
 	pyfunc.Register("pytest.full_like(x: float32 cuda, v)", FullLike)
 	pyfunc.Register("pytest.nothing()", Nothing)
+	pyfunc.Register("pytest.noop2(a, b)", Noop2)
+	pyfunc.Register("pytest.noop9(a, b, c, d, e, f, g, h, i)", Noop9)
 	pyfunc.Register("pytest.layout(x)", Layout)
 	pyfunc.Register("pytest.fill_times(x: float32 cuda writable, v, times)", FillTimes)
 	pyfunc.Register("pytest.fill_wait(x: float32 cuda writable, v, times)", FillWait)
@@ -251,6 +253,15 @@ func FullLike(s *cuda.Stream, x *zerocopy.View, v float32) (*zerocopy.View, erro
 
 // Nothing does nothing: the fixed cost of a call.
 func Nothing() {}
+
+// Noop2 and Noop9 take two and nine tensors of any device with the
+// caller's stream and do nothing: the cost of a call by the number of its
+// tensors, as bench_gofunc.py sets it beside the empty functions of tvm-ffi
+// and nanobind (bench/peers), whose tensor arguments constrain nothing either.
+func Noop2(s *cuda.Stream, a, b *zerocopy.View) {}
+
+// Noop9 is Noop2 with nine tensors.
+func Noop9(s *cuda.Stream, a, b, c, d, e, f, g, h, i *zerocopy.View) {}
 
 // FillWait is FillTimes and a wait for the fills: a GPU function whose
 // caller needs the result on the host when it returns.

@@ -79,6 +79,20 @@ def test_scale_other_producers_and_temporaries():
     assert a.tolist() == [10, 20, 30]
 
 
+def test_empty_bodies_take_tensors_of_any_kind():
+    # bench_gofunc.py's pytest.noop2 and noop9: any dtype, layout or
+    # read-only array, nothing returned; still tensors and still counted.
+    ro = np.arange(6, dtype=np.int8).reshape(2, 3)[:, ::2]
+    ro.flags.writeable = False
+    xs = [np.zeros(i + 1, np.float64) for i in range(8)]
+    assert ops.pytest.noop2(ro, xs[0]) is None
+    assert ops.pytest.noop9(ro, *xs) is None
+    with pytest.raises(TypeError, match=r"pytest.noop9\(\) missing required argument 'i'"):
+        ops.pytest.noop9(ro, *xs[:7])
+    with pytest.raises(TypeError, match="argument b: want a tensor, got float"):
+        ops.pytest.noop2(ro, 1.5)
+
+
 def _numpy_cases():
     base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     ro = np.arange(5, dtype=np.int16)
