@@ -8,8 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -145,27 +143,82 @@ type Conn struct {
 
 // Listener accepts connections on a Unix socket path.
 type Listener struct {
-	ul *net.UnixListener
+	ul   *net.UnixListener
+	path string
+	file os.FileInfo // the socket file made at path
+
+	mu     sync.Mutex
+	closed bool
 }
 
-// Listen listens on the Unix socket path. A stale socket left there (its
-// listener gone) is removed first; one that a process still listens on is
-// refused (syscall.EADDRINUSE), rather than taken from that process.
+// Listen listens on the Unix socket path. The socket is made 0600 (only
+// this user may connect) whatever the umask: it is bound in a private 0700
+// folder beside path, its mode set, and only then linked at path, which
+// fails if anything appeared there meanwhile. A stale socket left at path
+// (nothing bound to it any more) is removed first; a live one, of any
+// socket type (stream, datagram, seqpacket), or anything that is not a
+// socket, is refused (syscall.EADDRINUSE), rather than taken from whoever
+// uses it.
 func Listen(path string) (*Listener, error) {
 	if err := checkPath(path); err != nil {
 		return nil, fmt.Errorf("ipc: Listen: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if listening(path) {
-			return nil, fmt.Errorf("ipc: Listen: %s: %w (another listener is serving there)", path, syscall.EADDRINUSE)
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("ipc: Listen: %s: %w (a %v that is not a socket is there)", path, syscall.EADDRINUSE, fi.Mode().Type())
+		}
+		if live(path) {
+			return nil, fmt.Errorf("ipc: Listen: %s: %w (a live socket is there)", path, syscall.EADDRINUSE)
 		}
 		os.Remove(path)
 	}
-	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".dlbridge-sock-")
+	if err != nil {
+		return nil, fmt.Errorf("ipc: Listen: a private folder beside %s: %w", path, err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	if len(tmp) > maxPath {
+		// The private folder's name makes the path too long: bind at path
+		// itself and set the mode before anyone can know the socket is
+		// there (its folder is the caller's).
+		tmp = path
+	}
+	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("ipc: Listen: %w", err)
 	}
-	return &Listener{ul: ul}, nil
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ul.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("ipc: Listen: %w", err)
+	}
+	if tmp != path {
+		if err := os.Link(tmp, path); err != nil {
+			ul.Close()
+			return nil, fmt.Errorf("ipc: Listen: %w", err)
+		}
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("ipc: Listen: %w", err)
+	}
+	return &Listener{ul: ul, path: path, file: fi}, nil
+}
+
+// live reports whether a socket is bound at path, whatever its type: a
+// datagram socket connected to answers at once (no peer is made), a socket
+// of another type answers EPROTOTYPE, and a stale one ECONNREFUSED.
+func live(path string) bool {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return true // cannot tell: refuse rather than unlink
+	}
+	defer syscall.Close(fd)
+	err = syscall.Connect(fd, &syscall.SockaddrUnix{Name: path})
+	return err == nil || errors.Is(err, syscall.EPROTOTYPE) || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT))
 }
 
 // maxPath is the longest path a Unix socket address holds (sun_path less
@@ -182,46 +235,60 @@ func checkPath(path string) error {
 	return nil
 }
 
-// listening reports whether a socket of this network namespace listens on
-// path, from /proc/net/unix (Linux; elsewhere it answers false). Connecting
-// to find out would hand the listener a peer that goes away at once.
-func listening(path string) bool {
-	b, err := os.ReadFile("/proc/net/unix")
-	if err != nil {
-		return false
+// Addr is the socket path.
+func (l *Listener) Addr() string { return l.path }
+
+// Accept waits for the next peer. Errors that a later accept may not have
+// (too many open files: EMFILE, ENFILE; a peer gone before it was
+// accepted; no buffer memory) are waited out with a growing pause (5 ms to
+// 1 s), as Go's net/http server does, rather than ending the accepting.
+func (l *Listener) Accept() (*Conn, error) {
+	var pause time.Duration
+	for {
+		uc, err := l.ul.AcceptUnix()
+		if err == nil {
+			return newConn(uc), nil
+		}
+		if !temporary(err) {
+			return nil, fmt.Errorf("ipc: Accept: %w", err)
+		}
+		reportError(fmt.Errorf("ipc: Accept on %s: %w; retrying in %v", l.path, err, pause))
+		if pause == 0 {
+			pause = 5 * time.Millisecond
+		} else if pause *= 2; pause > time.Second {
+			pause = time.Second
+		}
+		time.Sleep(pause)
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("ipc: Accept: %w", net.ErrClosed)
+		}
 	}
-	abs, _ := filepath.Abs(path)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		// Num RefCount Protocol Flags Type St Inode Path
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			continue
-		}
-		flags, err := strconv.ParseUint(f[3], 16, 32)
-		if err != nil || flags&0x10000 == 0 { // __SO_ACCEPTCON: a listener
-			continue
-		}
-		if p := strings.Join(f[7:], " "); p == path || p == abs {
+}
+
+// temporary reports whether an accept error may go away by itself.
+func temporary(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED, syscall.ENOBUFS, syscall.ENOMEM, syscall.EINTR} {
+		if errors.Is(err, e) {
 			return true
 		}
 	}
 	return false
 }
 
-// Addr is the socket path.
-func (l *Listener) Addr() string { return l.ul.Addr().String() }
-
-// Accept waits for the next peer.
-func (l *Listener) Accept() (*Conn, error) {
-	uc, err := l.ul.AcceptUnix()
-	if err != nil {
-		return nil, fmt.Errorf("ipc: Accept: %w", err)
+// Close stops listening and removes the socket (if the file at the path
+// is still the one this listener made).
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.file) {
+		os.Remove(l.path)
 	}
-	return newConn(uc), nil
+	return l.ul.Close()
 }
-
-// Close stops listening and removes the socket.
-func (l *Listener) Close() error { return l.ul.Close() }
 
 // Dial connects to a Listener's socket path.
 func Dial(path string) (*Conn, error) {

@@ -1037,6 +1037,22 @@ func child(role, sock string) error {
 		}
 		fmt.Println("ok", n)
 		return c.Close()
+	case "release":
+		// Receive one tensor, close it (its lease goes back with a done
+		// event, which FAKECUDA_IPC_DELAY_MS makes complete late), and
+		// stay until stdin closes.
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		v, err := c.Recv()
+		if err != nil {
+			return err
+		}
+		v.Close()
+		fmt.Println("released")
+		io.Copy(io.Discard, os.Stdin)
+		return c.Close()
 	case "byehold":
 		// Hold n tensors (tensor i holds 7+i); once stdin says so (the
 		// producer closed), report what Recv says and what the views hold;
