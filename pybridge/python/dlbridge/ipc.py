@@ -27,11 +27,12 @@ them pickle by value again, as plain ``pickle`` always does. The Go API
 behind this is package zerocopy/ipc; docs/ipc.md has the design.
 """
 
+import atexit
 import ctypes
 import os
 import tempfile
 import threading
-import uuid
+import weakref
 
 from . import _lib
 from ._tensor import Tensor, _dtype_bytes, _i64_array, _new
@@ -168,6 +169,7 @@ class Connection(_Object):
 
     def __init__(self, h):
         self._h = h
+        _live_conns.add(self)
 
     def send(self, tensor, pool=None, stream=None):
         """Send ``tensor`` (memory of ``pool``; None: the pool of this process
@@ -229,6 +231,22 @@ class Listener(_Object):
     def accept(self):
         """Wait for the next peer (the GIL is released meanwhile)."""
         return Connection(_handle(_accept, self._live()))
+
+
+_live_conns = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    # At interpreter exit (after KeyboardInterrupt too) each connection
+    # closes while the process still runs: what it maps of its peers'
+    # memory is unmapped before the peer sees its end, as the driver wants
+    # (a peer may free once it does).
+    for c in list(_live_conns):
+        try:
+            c.close()
+        except Exception:
+            pass
 
 
 def listen(path):
@@ -393,7 +411,9 @@ def _sharing(device):
     with _share_lock:
         got = _share.get(device)
         if got is None:
-            path = os.path.join(tempfile.gettempdir(), "dlbridge-%d-%s.sock" % (os.getpid(), uuid.uuid4().hex[:8]))
+            # A private 0700 folder (mkdtemp), so that no other user reaches
+            # the socket, whatever the umask and the temp folder's mode.
+            path = os.path.join(tempfile.mkdtemp(prefix="dlbridge-%d-" % os.getpid()), "s")
             got = (Server(path), Pool(device, _POOL_LIMIT))
             _share[device] = got
         return got

@@ -65,14 +65,14 @@ def _consumer(mode, sock, n, env=None, stdin=None):
     return _start([sys.executable, CONSUMER, mode, sock, str(n)], env, stdin)
 
 
-def _run_go(producer, sock, consumer_mode, n, window=8, producer_env=None, kill=False):
+def _run_go(producer, sock, consumer_mode, n, window=8, producer_env=None, kill=False, consumer_env=None):
     # The fake aborts a Go producer that frees a block a consumer still
     # maps (the driver's rule: importers free first), unless a control
     # drops that order on purpose.
     env = dict({"FAKECUDA_IPC_STRICT": "1"}, **(producer_env or {}))
     prod = _start([producer, "-sock", sock, "-n", str(n), "-elems", "1024", "-window", str(window)], env)
     base = int(_line(prod, "baseline")[0])
-    cons = _consumer(consumer_mode, sock, n)
+    cons = _consumer(consumer_mode, sock, n, consumer_env)
     try:
         if kill:
             held = int(_line(cons, "holding")[0])
@@ -119,6 +119,21 @@ def test_slow_producer_never_read_early(producer, fake_driver, tmp_path):
                                           producer_env={"FAKECUDA_IPC_DELAY_MS": "200"})
     assert "ok 5" in out
     assert "early 0" in out, out
+    assert (used, live) == (base, 0)
+
+
+@pytest.mark.parametrize("round", range(50))
+def test_consumer_close_unmaps_first(producer, fake_driver, tmp_path, round):
+    """The slow-producer case again, 50 times, with the consumer's unmaps
+    made slow (FAKECUDA_IPC_UNMAP_DELAY_MS): the consumer closes right
+    after its last release while the producer trims. Its unmaps must run
+    before the producer frees (the fake aborts the producer otherwise,
+    FAKECUDA_IPC_STRICT): the importer unmaps, and finishes, before its
+    side of the connection ends."""
+    base, sent, used, live, out = _run_go(producer, str(tmp_path / "s"), "early", 2, window=1,
+                                          producer_env={"FAKECUDA_IPC_DELAY_MS": "20"},
+                                          consumer_env={"FAKECUDA_IPC_UNMAP_DELAY_MS": "50"})
+    assert "ok 2" in out
     assert (used, live) == (base, 0)
 
 
