@@ -248,6 +248,7 @@ func TestStuckDoneEvent(t *testing.T) {
 	}
 	v.Close()
 	expectLine(t, lines, "released")
+	time.Sleep(300 * time.Millisecond) // the release reaches this side's reader
 	t0 := time.Now()
 	w, err := pool.Alloc(s, dlpack.Uint32Type, 4096)
 	if err != nil {
