@@ -59,8 +59,21 @@ _send = _lib._declare("dlb_ipc_send", _i32, _u64, _u64, _u64, _i64)
 _recv = _lib._declare("dlb_ipc_recv", _i32, _u64, _pu64, _pinfo)
 _leases = _lib._declare("dlb_ipc_leases", _i32, _u64, _pi64)
 _close = _lib._declare("dlb_ipc_close", _i32, _u64)
+_set_timeout = _lib._declare("dlb_ipc_set_timeout", _i32, _u64, _i64, _i64)
 
 _ENDED = "dlbridge.ipc: the connection ended"
+_TIMED_OUT = "dlbridge.ipc: timed out"
+
+
+def _timed(fn, *args):
+    """fn(*args), with a wait on the peer past its deadline raised as
+    TimeoutError (the message names the peer and the operation)."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        if str(e).startswith(_TIMED_OUT):
+            raise TimeoutError(str(e)) from None
+        raise
 
 
 def _handle(fn, *args):
@@ -180,13 +193,13 @@ class Connection(_Object):
         from ._stream import as_stream_handle
 
         s = 0 if stream is None else as_stream_handle(stream)
-        _lib.check(_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), s))
+        _timed(lambda: _lib.check(_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)))
 
     def recv(self):
         """The next tensor the peer sent (a view of the peer's memory, no
         copy). EOFError once the peer closed the connection or died."""
         try:
-            return _new(_recv, self._live())
+            return _timed(_new, _recv, self._live())
         except BufferError as e:
             if str(e).startswith(_ENDED):
                 raise EOFError(str(e)) from None
@@ -194,7 +207,19 @@ class Connection(_Object):
 
     def claim(self, token):
         """The tensor a Server offered under ``token``."""
-        return _new(_claim, self._live(), int(token))
+        return _timed(_new, _claim, self._live(), int(token))
+
+    def set_timeout(self, answer=None, recv=None):
+        """Deadlines in seconds (0: none; None: unchanged): ``answer`` for
+        each write to the peer and each wait for its answer (send, claim,
+        close; 60 s unless set), ``recv`` for recv's wait for a tensor (none
+        unless set). A wait past its deadline raises TimeoutError naming
+        the peer and the operation."""
+
+        def ms(v):
+            return -1 if v is None else int(float(v) * 1000)
+
+        _lib.check(_set_timeout(self._live(), ms(answer), ms(recv)))
 
     @property
     def leases(self):
@@ -330,7 +355,7 @@ class Serving(Listener):
             try:
                 while True:
                     c.recv().close()
-            except (EOFError, ValueError, BufferError, RuntimeError):
+            except (EOFError, ValueError, BufferError, RuntimeError, TimeoutError):
                 pass
             with self._lock:
                 if c in self._conns:
@@ -339,13 +364,21 @@ class Serving(Listener):
                 self._threads.discard(threading.current_thread())
 
     def close(self, timeout=10.0):
-        """Stop serving; wait up to ``timeout`` seconds (None: for ever) for
-        the handlers to return."""
+        """Stop serving; wait up to ``timeout`` seconds in all (None: for
+        ever) for the connections to close and the handlers to return.
+        Handlers still running then go on in their threads."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
+
+        def left():
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         with self._lock:
             self._closing = True
         super().close()  # the accept loop ends
         if self._accepter is not threading.current_thread():
-            self._accepter.join(timeout)
+            self._accepter.join(left())
         with self._lock:
             conns = list(self._conns)
             self._conns.clear()
@@ -359,9 +392,9 @@ class Serving(Listener):
         for t in closers:
             t.start()
         for t in closers:
-            t.join()
+            t.join(left())
         for t in threads:
-            t.join(timeout)
+            t.join(left())
 
 
 def serve(path, pool, handler, daemon=True):

@@ -627,3 +627,76 @@ def test_torch_consumer_slow_producer(producer, tmp_path, framework):
     used, live = map(int, _line(prod, "final"))
     assert prod.wait(60) == 0
     assert (used, live) == (base, 0)
+
+
+def test_stopped_peer_send_deadline_and_close(fake_driver, tmp_path):
+    """A peer that never reads (a stopped consumer): sends fail with
+    TimeoutError at their deadline once its socket's buffer is full, naming
+    the peer and the operation, and Serving.close(timeout=2) returns in
+    about 2 s, not when the peer wakes."""
+    import socket
+    import threading
+    import time
+
+    sock = str(tmp_path / "s")
+    pool = dlbridge.ipc.Pool(0, 64 << 20)
+    got = []
+    done = threading.Event()
+
+    def handler(conn, pool):
+        conn.set_timeout(answer=0.5)
+        t = pool.zeros((16,), "uint32")
+        try:
+            for _ in range(100000):
+                conn.send(t)
+        except TimeoutError as e:
+            got.append(e)
+        finally:
+            done.set()
+
+    srv = dlbridge.ipc.serve(sock, pool, handler)
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        peer.connect(sock)
+        assert done.wait(30), "the handler's sends never ended"
+        assert got, "no TimeoutError from sends to a peer that never reads"
+        msg = str(got[0])
+        assert "sending a tensor" in msg and "peer process %d" % os.getpid() in msg, msg
+        t0 = time.monotonic()
+        srv.close(timeout=2)
+        took = time.monotonic() - t0
+        assert took < 4, "Serving.close(timeout=2) took %.1f s" % took
+    finally:
+        peer.close()
+        pool.close()
+
+
+def test_socket_modes(fake_driver, tmp_path):
+    """Sockets are 0600 whatever the umask; the pickling server's sits in a
+    private 0700 folder."""
+    import stat
+
+    old = os.umask(0)
+    try:
+        with dlbridge.ipc.listen(str(tmp_path / "s")) as ln:
+            assert stat.S_IMODE(os.stat(ln.path).st_mode) == 0o600
+        server, _ = dlbridge.ipc._sharing(0)
+        assert stat.S_IMODE(os.stat(server.path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(server.path)).st_mode) == 0o700
+    finally:
+        os.umask(old)
+
+
+def test_listen_refuses_live_datagram_socket(tmp_path):
+    """A live datagram socket at the path is refused, not unlinked."""
+    import socket
+
+    path = str(tmp_path / "d")
+    d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    d.bind(path)
+    try:
+        with pytest.raises(ValueError, match="live socket"):
+            dlbridge.ipc.listen(path)
+        assert os.path.exists(path)
+    finally:
+        d.close()
