@@ -602,6 +602,10 @@ func parseFDs(oob []byte) []int {
 // handle processes one packet. An error ends the connection: a peer that
 // sends garbage is not trusted further.
 func (c *Conn) handle(m []byte, fds []int) error {
+	if c.onClaim != nil && (m[0] == msgPool || m[0] == msgTensor) {
+		// A Server's peers claim; nobody receives what they would send.
+		return fmt.Errorf("ipc: %s sent a Server a pool or tensor (kind %d): a Server's peers only claim", c.peer, m[0])
+	}
 	switch m[0] {
 	case msgPool:
 		if len(m) != 33 || len(fds) != 1 {
