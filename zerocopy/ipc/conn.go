@@ -847,18 +847,13 @@ func (c *Conn) sendRetire(p *Pool, b *block) error {
 	return nil
 }
 
-// unmappedAtEnd: a retire of b could not be sent to the peer, which is
-// closing the connection (it shut its reading side) or gone. Its close
-// frees its mappings before the socket's end, so b counts as unmapped by
-// it when the connection ended (which drops the peer from every block), or
-// after retireWait at the latest, as for a peer that never answers.
+// unmappedAtEnd: a retire of b could not be sent to the peer: it is gone,
+// or stuck (the write passed its deadline). Its mappings go before its
+// end (a closing peer unmaps first; a dead one's went with its context),
+// so b counts as unmapped by it when its end arrives, never earlier: a
+// stuck peer may still read the memory.
 func (c *Conn) unmappedAtEnd(b *block) {
-	t := time.NewTimer(retireWait)
-	defer t.Stop()
-	select {
-	case <-c.exited:
-	case <-t.C:
-	}
+	<-c.peerEnded
 	b.pool.unmapped(b, c)
 }
 
