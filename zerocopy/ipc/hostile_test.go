@@ -58,10 +58,13 @@ func (f *forger) send(t *testing.T, msg []byte, fd int) {
 	}
 }
 
-// TestForgedDescriptor: a peer shares a 256-byte allocation of its pool and
-// describes it as 1 GiB, or at an offset of 2^61: the importer checks each
-// descriptor against the range the driver really mapped and refuses both
-// (ErrBadDescriptor); the honest descriptor of the same allocation works.
+// TestForgedDescriptor: a producer (this process) shares a 256-byte
+// allocation of its pool with a consumer process and describes it as
+// 1 GiB, at an offset of 2^61, and as 4 KiB with elements past the 256
+// bytes: the consumer checks each descriptor against the range the driver
+// really mapped and refuses all three (ErrBadDescriptor); the honest
+// descriptor of the same allocation reads right. On the GPU machine too
+// (DLBRIDGE_GPU=1).
 func TestForgedDescriptor(t *testing.T) {
 	needCUDA(t)
 	ctx, err := cuda.Retain(0)
@@ -69,7 +72,7 @@ func TestForgedDescriptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ctx.Release()
-	mp, err := ctx.NewIPCMemPool(cuda.HandlePOSIXFD, 1<<20)
+	mp, err := ctx.NewIPCMemPool(cuda.HandlePOSIXFD, 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +90,9 @@ func TestForgedDescriptor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.MemFreeAsync(ptr)
+	if err := s.MemsetD32Async(ptr, 0x5a5a5a5a, 64); err != nil {
+		t.Fatal(err)
+	}
 	data, err := cuda.ExportPointer(ptr)
 	if err != nil {
 		t.Fatal(err)
@@ -108,49 +113,55 @@ func TestForgedDescriptor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ipc.SetErrorHandler(func(err error) { t.Log("reported:", err) })
-	defer ipc.SetErrorHandler(nil)
-	f := newForger(t)
+	sock := sockPath(t)
+	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	cmd, lines := startChild(t, "forgedrecv", sock)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	uc, err := ul.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	send := func(msg []byte, fd int) {
+		var oob []byte
+		if fd >= 0 {
+			oob = syscall.UnixRights(fd)
+		}
+		if _, _, err := uc.WriteMsgUnix(msg, oob, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var id [16]byte
 	id[0] = 7
-	msg := append(append([]byte{1}, id[:]...), uuid[:]...)
-	f.send(t, msg, poolFD)
-	tensor := func(size, offset, n int64, lease uint64) {
-		d := ipc.Descriptor{Pool: id, Device: uuid, Data: data, Size: size, Offset: offset,
-			DType: dlpack.Uint8Type, Shape: []int64{n}, Strides: []int64{1}, Ready: ready, Lease: lease}
+	send(append(append([]byte{1}, id[:]...), uuid[:]...), poolFD)
+	for i, c := range []struct{ size, offset, elems int64 }{
+		{1 << 30, 0, 1 << 28},  // 1 GiB described, 256 bytes shared
+		{1 << 62, 1 << 61, 16}, // an offset of 2^61
+		{4096, 128, 900},       // elements past the 256 bytes mapped
+		{256, 0, 64},           // the honest one
+	} {
+		d := ipc.Descriptor{Pool: id, Device: uuid, Data: data, Size: c.size, Offset: c.offset,
+			DType: dlpack.Uint32Type, Shape: []int64{c.elems}, Strides: []int64{1}, Ready: ready, Lease: uint64(i + 1)}
 		b, err := d.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.send(t, append([]byte{2}, b...), -1)
+		send(append([]byte{2}, b...), -1)
 	}
-	f.conn.SetRecvTimeout(30 * time.Second)
-	for _, c := range []struct {
-		name                string
-		size, offset, elems int64
-	}{
-		{"size 1 GiB", 1 << 30, 0, 1 << 30},
-		{"offset 2^61", 1 << 62, 1 << 61, 16},
-		{"size 4 KiB, elements past the mapping", 4096, 200, 1000},
-	} {
-		tensor(c.size, c.offset, c.elems, 1)
-		v, err := f.conn.Recv()
-		if !errors.Is(err, ipc.ErrBadDescriptor) {
-			if v != nil {
-				v.Close()
-			}
-			t.Errorf("%s: Recv = %v, want ErrBadDescriptor", c.name, err)
-		}
+	if got, want := expectLine(t, lines, "forged"), "refused refused refused ok 64 0x5a5a5a5a"; got != want {
+		t.Errorf("the consumer saw %q, want %q", got, want)
 	}
-	tensor(256, 0, 256, 2)
-	v, err := f.conn.Recv()
-	if err != nil {
-		t.Fatalf("the honest descriptor: %v", err)
+	// The consumer unmaps before it exits; only then is the allocation
+	// freed (the driver's order).
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("consumer: %v", err)
 	}
-	if got := v.Shape(); len(got) != 1 || got[0] != 256 {
-		t.Errorf("honest tensor of shape %v", got)
-	}
-	v.Close()
+	s.MemFreeAsync(ptr)
+	s.Synchronize()
 }
 
 // TestClaimDeadline: a server that accepts and never answers: Claim and
@@ -227,27 +238,32 @@ func TestSendDeadline(t *testing.T) {
 	}
 }
 
-// TestStuckDoneEvent: a consumer's done event completes only 3 s after its
-// release (the fake's FAKECUDA_IPC_DELAY_MS in the consumer): the lease
-// ends then, and meanwhile the pool's stream runs other work at once: the
-// wait for the event is not queued on it, where it would hold back every
-// other consumer's allocations and frees.
+// TestStuckDoneEvent: consumer A's done event completes late: 3 s after
+// its release on the fake (FAKECUDA_IPC_DELAY_MS in A), behind a 2 s
+// kernel on a GPU (DLBRIDGE_GPU=1). Meanwhile the pool's stream runs other
+// work at once, and consumer B's hand-over of a tensor allocated and
+// written on that stream takes less than 10 ms on the GPU (500 ms on the
+// loaded fake): the wait for A's event is not queued on the pool's
+// stream, where it would hold back every allocation, free and consumer
+// behind it. A's lease ends once its event completed.
 func TestStuckDoneEvent(t *testing.T) {
-	needFake(t)
+	needCUDA(t)
 	pool, _, ln, sock := producerSide(t, 16<<20)
-	cmd, lines, peer := acceptChild(t, ln, "release", sock, "FAKECUDA_IPC_DELAY_MS=3000")
-	defer endChild(t, cmd, "release")
+	cmdA, linesA, peerA := acceptChild(t, ln, "release", sock, "FAKECUDA_IPC_DELAY_MS=3000", "IPC_TEST_SPIN=2s")
+	defer endChild(t, cmdA, "release")
+	cmdB, linesB, peerB := acceptChild(t, ln, "handover", sock)
+	defer endChild(t, cmdB, "handover")
 	s := pool.Stream()
-	v, err := pool.Alloc(s, dlpack.Uint32Type, 1024)
+	v, err := pool.Alloc(s, dlpack.Uint32Type, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fill(t, s, v, 5)
-	if err := peer.Send(pool, v, nil); err != nil {
+	if err := peerA.Send(pool, v, nil); err != nil {
 		t.Fatal(err)
 	}
 	v.Close()
-	expectLine(t, lines, "released")
+	expectLine(t, linesA, "released")
 	time.Sleep(300 * time.Millisecond) // the release reaches this side's reader
 	t0 := time.Now()
 	w, err := pool.Alloc(s, dlpack.Uint32Type, 4096)
@@ -255,14 +271,29 @@ func TestStuckDoneEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(t, s, w, 6)
+	if err := peerB.Send(pool, w, nil); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(t0); d > time.Second {
 		t.Errorf("other work on the pool's stream waited %v behind a consumer's done event", d)
 	}
-	w.Close()
-	waitFor(t, "the late done event to end the lease", func() bool { return peer.Leases() == 0 })
+	ns, err := strconv.ParseInt(expectLine(t, linesB, "handover"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := 10 * time.Millisecond
+	if fakeLib != "" {
+		limit = 500 * time.Millisecond
+	}
+	t.Logf("consumer B's hand-over with A's done event pending: %v", time.Duration(ns))
+	if time.Duration(ns) > limit {
+		t.Errorf("consumer B's hand-over took %v behind A's pending done event, want < %v", time.Duration(ns), limit)
+	}
+	waitFor(t, "the late done event to end A's lease", func() bool { return peerA.Leases() == 0 })
 }
 
 // TestListenMode: a socket is 0600 whatever the umask.
