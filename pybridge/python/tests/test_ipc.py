@@ -700,3 +700,95 @@ def test_listen_refuses_live_datagram_socket(tmp_path):
         assert os.path.exists(path)
     finally:
         d.close()
+
+
+def test_claim_from_silent_server_times_out(tmp_path):
+    """A server that accepts and never answers: claim (what unpickling
+    calls) raises TimeoutError at the connection's deadline, naming the
+    operation and the peer, instead of waiting for ever."""
+    import socket
+    import time
+
+    path = str(tmp_path / "silent")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(1)
+    try:
+        conn = dlbridge.ipc.connect(path)
+        peer, _ = srv.accept()
+        conn.set_timeout(answer=0.3)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"Claim\(5\) with peer process %d" % os.getpid()):
+            conn.claim(5)
+        assert time.monotonic() - t0 < 5
+        conn.close()
+        peer.close()
+    finally:
+        srv.close()
+
+
+_EMFILE_SERVER = r"""
+import os, resource, socket, sys, time
+import numpy
+import dlbridge, dlbridge.ipc
+
+sock = sys.argv[1]
+pool = dlbridge.ipc.Pool(0, 16 << 20)
+
+
+def handler(conn, pool):
+    t = pool.zeros((4,), "uint32")
+    t.fill_(7)
+    try:
+        conn.send(t)
+    except Exception:
+        pass  # a peer of the bursts, gone already
+    t.close()
+
+
+srv = dlbridge.ipc.serve(sock, pool, handler)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
+refused = 0
+for burst in range(3):
+    peers = []
+    for i in range(400):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:  # this process is out of descriptors too
+            refused += 1
+            continue
+        try:
+            s.connect(sock)
+        except OSError:
+            s.close()
+            refused += 1
+            continue
+        peers.append(s)
+    time.sleep(0.3)
+    for s in peers:
+        s.close()
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+print("refused", refused, flush=True)
+time.sleep(0.5)
+c = dlbridge.ipc.connect(sock)
+c.set_timeout(answer=10, recv=10)
+t = c.recv()
+print("got", int(numpy.from_dlpack(t.to("cpu"))[0]), flush=True)
+t.close()
+c.close()
+srv.close(timeout=5)
+"""
+
+
+def test_serve_outlives_emfile(fake_driver, tmp_path):
+    """serve() under a low RLIMIT_NOFILE and three bursts of 400 peers:
+    accepts that fail with EMFILE are waited out, and once descriptors are
+    free again a new peer is served."""
+    script = tmp_path / "emfile_server.py"
+    script.write_text(_EMFILE_SERVER)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "s")], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "got 7" in p.stdout, p.stdout + p.stderr[-3000:]
+    assert "refused 0" not in p.stdout, "the bursts never ran this process out of descriptors"
