@@ -247,7 +247,7 @@ func (l *Listener) Accept() (*Conn, error) {
 	for {
 		uc, err := l.ul.AcceptUnix()
 		if err == nil {
-			return newConn(uc), nil
+			return newConnWith(uc, nil, l.path), nil
 		}
 		if !temporary(err) {
 			return nil, fmt.Errorf("ipc: Accept: %w", err)
@@ -299,21 +299,23 @@ func Dial(path string) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipc: Dial: %w", err)
 	}
-	return newConn(uc), nil
+	return newConnWith(uc, nil, path), nil
 }
 
 // NewConn wraps a connected SOCK_SEQPACKET Unix socket (for example one end
 // of a socketpair handed to a child process).
 func NewConn(uc *net.UnixConn) *Conn { return newConn(uc) }
 
-func newConn(uc *net.UnixConn) *Conn { return newConnWith(uc, nil) }
+func newConn(uc *net.UnixConn) *Conn { return newConnWith(uc, nil, "") }
 
-func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64)) *Conn {
+// newConnWith makes a Conn of uc whose claims go to onClaim (a Server's),
+// naming the socket path in errors (empty: the socket's own address).
+func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64), path string) *Conn {
 	c := &Conn{
 		onClaim:   onClaim,
 		uc:        uc,
 		dev:       -1,
-		peer:      peerName(uc),
+		peer:      peerName(uc, path),
 		sentPools: map[[16]byte]bool{},
 		mapPools:  map[*Pool]struct{}{},
 		leases:    map[uint64]*lease{},
@@ -371,8 +373,10 @@ func (c *Conn) timeoutErr(op string, d time.Duration) error {
 	return fmt.Errorf("ipc: %s with %s: no progress within %v: %w", op, c.peer, d, ErrTimeout)
 }
 
-// peerName finds the peer's process id (SO_PEERCRED) and the socket's path.
-func peerName(uc *net.UnixConn) string {
+// peerName finds the peer's process id (SO_PEERCRED) and names it with
+// the socket path (where empty, the socket's own address: a Listener binds
+// in a private folder and links the socket at its path).
+func peerName(uc *net.UnixConn, path string) string {
 	pid := -1
 	if rc, err := uc.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) {
@@ -381,11 +385,12 @@ func peerName(uc *net.UnixConn) string {
 			}
 		})
 	}
-	path := ""
-	if a, ok := uc.LocalAddr().(*net.UnixAddr); ok && a.Name != "" {
-		path = a.Name
-	} else if a, ok := uc.RemoteAddr().(*net.UnixAddr); ok && a != nil {
-		path = a.Name
+	if path == "" {
+		if a, ok := uc.LocalAddr().(*net.UnixAddr); ok && a.Name != "" {
+			path = a.Name
+		} else if a, ok := uc.RemoteAddr().(*net.UnixAddr); ok && a != nil {
+			path = a.Name
+		}
 	}
 	name := "peer"
 	if pid > 0 {

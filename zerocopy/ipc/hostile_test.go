@@ -192,7 +192,7 @@ func TestClaimDeadline(t *testing.T) {
 	if !errors.Is(err, ipc.ErrTimeout) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Claim from a silent server: %v, want ErrTimeout", err)
 	}
-	for _, want := range []string{"Claim(42)", "peer process " + itoa(os.Getpid())} {
+	for _, want := range []string{"Claim(42)", "peer process " + itoa(os.Getpid()) + " on " + sock} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Claim's error %q does not name %q", err, want)
 		}

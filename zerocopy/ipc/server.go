@@ -66,7 +66,7 @@ func (s *Server) accept() {
 			continue
 		}
 		pause = 0
-		c := newConnWith(uc, s.claim)
+		c := newConnWith(uc, s.claim, s.ln.path)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
