@@ -117,6 +117,17 @@ func IPCPoolTrim(h Handle) error {
 	return ipcErr(p.Trim())
 }
 
+// IPCPoolSetTimeout sets how long the pool's Trim, Close and an allocation
+// at its limit wait for peers to answer retires (0: the default, 2 s).
+func IPCPoolSetTimeout(h Handle, d time.Duration) error {
+	p, err := ipcGet[*ipc.Pool](h, "pool")
+	if err != nil {
+		return err
+	}
+	p.SetTimeout(d)
+	return nil
+}
+
 // IPCPoolCached reports the pool's cached allocations and their bytes.
 func IPCPoolCached(h Handle) (n int, bytes int64, err error) {
 	p, err := ipcGet[*ipc.Pool](h, "pool")

@@ -215,3 +215,10 @@ func dlb_ipc_set_timeout(conn C.uint64_t, answerMS, recvMS C.int64_t) C.int32_t 
 		return pybridge.IPCSetTimeout(pybridge.Handle(conn), ms(answerMS), ms(recvMS))
 	})
 }
+
+//export dlb_ipc_pool_set_timeout
+func dlb_ipc_pool_set_timeout(pool C.uint64_t, ms C.int64_t) C.int32_t {
+	return fence(func() error {
+		return pybridge.IPCPoolSetTimeout(pybridge.Handle(pool), time.Duration(ms)*time.Millisecond)
+	})
+}

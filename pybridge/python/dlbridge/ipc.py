@@ -60,6 +60,7 @@ _recv = _lib._declare("dlb_ipc_recv", _i32, _u64, _pu64, _pinfo)
 _leases = _lib._declare("dlb_ipc_leases", _i32, _u64, _pi64)
 _close = _lib._declare("dlb_ipc_close", _i32, _u64)
 _set_timeout = _lib._declare("dlb_ipc_set_timeout", _i32, _u64, _i64, _i64)
+_pool_set_timeout = _lib._declare("dlb_ipc_pool_set_timeout", _i32, _u64, _i64)
 
 _ENDED = "dlbridge.ipc: the connection ended"
 _TIMED_OUT = "dlbridge.ipc: timed out"
@@ -166,8 +167,16 @@ class Pool(_Object):
 
     def trim(self):
         """Free the cached allocations: each peer that maps one unmaps it
-        first. Returns once they are freed (the GIL is released meanwhile)."""
-        _lib.check(_pool_trim(self._live()))
+        first. Returns once they are freed (the GIL is released meanwhile);
+        TimeoutError names the peers that did not answer in time
+        (``set_timeout``), whose allocations are freed once they answer or
+        go away."""
+        _timed(lambda: _lib.check(_pool_trim(self._live())))
+
+    def set_timeout(self, seconds):
+        """How long trim, close and an allocation at the limit wait for
+        peers to answer (2 s by default; 0: the default)."""
+        _lib.check(_pool_set_timeout(self._live(), int(float(seconds) * 1000)))
 
     @property
     def cached(self):

@@ -792,3 +792,47 @@ def test_serve_outlives_emfile(fake_driver, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "got 7" in p.stdout, p.stdout + p.stderr[-3000:]
     assert "refused 0" not in p.stdout, "the bursts never ran this process out of descriptors"
+
+
+def test_trim_with_stopped_peer_times_out(fake_driver, tmp_path):
+    """A consumer stopped (SIGSTOP) while it keeps a cached allocation
+    mapped: Pool.trim raises TimeoutError at the pool's deadline, naming
+    that consumer's process, and frees nothing it still maps; once the
+    consumer runs again, trim frees it."""
+    import time
+
+    sock = str(tmp_path / "s")
+    pool = dlbridge.ipc.Pool(0, 16 << 20)
+    pool.set_timeout(0.5)
+    ln = dlbridge.ipc.listen(sock)
+    cons = _consumer("recycle", sock, 1, stdin=subprocess.PIPE)
+    try:
+        conn = ln.accept()
+        t = pool.empty((4,), "uint32")
+        t.fill_(1)
+        conn.send(t, pool)
+        t.close()
+        assert _line(cons, "imports") == ["1", "1"]
+        deadline = time.monotonic() + 30
+        while conn.leases and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.cached[0] == 1
+        cons.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="peer process %d" % cons.pid):
+            pool.trim()
+        assert time.monotonic() - t0 < 5
+        cons.send_signal(signal.SIGCONT)
+        cons.stdin.write("\n")
+        cons.stdin.flush()
+        assert _line(cons, "mapped") == ["0"]
+        conn.close()
+        cons.stdin.close()
+        assert cons.wait(60) == 0
+    finally:
+        if cons.poll() is None:
+            cons.send_signal(signal.SIGCONT)
+            cons.kill()
+            cons.wait()
+        ln.close()
+        pool.close()
