@@ -9,7 +9,7 @@ WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
 CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/... ./nccl/...
 
-.PHONY: all lib ext wheel dist venv typecheck pytest-pythons gotest-aarch64 pytest-aarch64 gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel dist venv typecheck pytest-pythons gotest-aarch64 pytest-aarch64 gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py fuzz-long-ipc check-tracked bench demo gpu clean
 
 all: lib
 
@@ -198,10 +198,16 @@ fuzz:
 # target for FUZZTIME each (make fuzz-long FUZZTIME=1h), then any other
 # suite's long run, each a fuzz-long-* prerequisite of its own.
 FUZZTIME ?= 10m
-fuzz-long: fuzz-long-go fuzz-long-py
+fuzz-long: fuzz-long-go fuzz-long-py fuzz-long-ipc
 
 fuzz-long-go:
 	$(call fuzz-go,$(FUZZTIME))
+
+# The IPC wire's soak for FUZZTIME: peers that send mutated valid messages
+# to a server (fake driver) while an honest peer is served throughout; no
+# crash, no descriptor or memory growth (gotest runs it for 3 s).
+fuzz-long-ipc:
+	FAKECUDA_IPC_STRICT=1 IPC_SOAK=$(FUZZTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestSoakMutatedPeers$$' ./zerocopy/ipc/
 
 # No build artefact (ignored file, binary, archive) may be tracked.
 check-tracked:

@@ -402,6 +402,7 @@ static alloc *add_alloc(uintptr_t base, size_t size, int kind, fctx *c) {
 }
 
 static int ipc_del_alloc(alloc *a);
+static long env_ms(const char *name, long def);
 static void ipc_poison(alloc *a);
 static unsigned long long next_free_gen = 1;
 
@@ -1790,6 +1791,7 @@ EXPORT CUresult cuEventRecord(void *h, void *stream) {
 
 static int ipc_remote_sync(fevent *e);
 static int ipc_remote_done(fevent *e);
+static int ipc_skipping(void);
 
 EXPORT CUresult cuEventSynchronize(void *h) {
     ENTER("cuEventSynchronize");
@@ -1806,7 +1808,7 @@ EXPORT CUresult cuEventQuery(void *h) {
     NEED_CTX_STRICT();
     fevent *e = reg_find(h, H_EVENT);
     if (!e) RETURN(CUDA_ERROR_INVALID_HANDLE);
-    if (e->ipc_pid) RETURN(ipc_remote_done(e) ? 0 : CUDA_ERROR_NOT_READY);
+    if (e->ipc_pid) RETURN(ipc_skipping() || ipc_remote_done(e) ? 0 : CUDA_ERROR_NOT_READY);
     if (e->done_gen >= e->rec_gen) RETURN(0);
     fstream *s = stream_by_id(e->stream_id);
     if (s && !s->busy) { tls_query = 1; step(s); tls_query = 0; }
@@ -2353,6 +2355,15 @@ static int ipc_del_alloc(alloc *a) {
     fipcpool *p = a->ipool;
     size_t off = a->base - (uintptr_t)p->base;
     if (a->ipc_imported) {
+        /* FAKECUDA_IPC_UNMAP_DELAY_MS: an importer's free executes that
+         * much later (a busy device), so that an exporter that frees
+         * without waiting for it is caught by the check of that order. */
+        static long unmap_delay = -1;
+        if (unmap_delay < 0) unmap_delay = env_ms("FAKECUDA_IPC_UNMAP_DELAY_MS", 0);
+        if (unmap_delay > 0) {
+            struct timespec ts = {unmap_delay / 1000, (unmap_delay % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         ipc_unmapped(p, off);
         return 1;
     }
@@ -2696,6 +2707,13 @@ static int ipc_wait_op(fstream *s, op *o) {
 }
 
 static int ipc_skip_waits = -1;
+
+/* ipc_skipping: FAKECUDA_IPC_SKIP_WAITS is set; a query of another
+ * process's event then answers "done" at once, as its waits are dropped. */
+static int ipc_skipping(void) {
+    if (ipc_skip_waits < 0) ipc_skip_waits = env_ms("FAKECUDA_IPC_SKIP_WAITS", 0) != 0;
+    return ipc_skip_waits;
+}
 
 static int ipc_remote_wait(fstream *s, fctx *c, fevent *e, uintptr_t h) {
     unsigned long long gen = __atomic_load_n(&e->ipc[0], __ATOMIC_ACQUIRE);
