@@ -11,35 +11,43 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestParseTensorSpec(t *testing.T) {
+// ParseSchema gives cmd/dlbridge what NewFunc reads, without a Go
+// function: the tensor parameters' Wants and the defaults as written.
+func TestParseSchema(t *testing.T) {
+	got, err := ParseSchema("mylib.mm(x: float32 [N, K] C, w: [K, M] cuda writable, alpha=1.5, name='a,b', n)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := zerocopy.Want{DTypes: []dlpack.DataType{dlpack.Float32Type}, Shape: []zerocopy.Dim{zerocopy.Named("N"), zerocopy.Named("K")}, Order: zerocopy.COrder}
+	w := zerocopy.Want{Shape: []zerocopy.Dim{zerocopy.Named("K"), zerocopy.Named("M")}, Device: zerocopy.AnyCUDA, Writable: true}
+	want := Schema{Name: "mylib.mm", Params: []SchemaParam{
+		{Name: "x", Tensor: &x}, {Name: "w", Tensor: &w},
+		{Name: "alpha", Default: "1.5", HasDefault: true}, {Name: "name", Default: "'a,b'", HasDefault: true}, {Name: "n"},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 	for _, c := range []struct {
-		in   string
-		want string // TensorSpec.String, or the error's text
-		bad  bool
+		p    SchemaParam
+		kind Kind
+		bits int
+		err  string
 	}{
-		{in: "", want: "any tensor"},
-		{in: "float32", want: "float32"},
-		{in: "float32 | float64 [N, K] C cuda writable", want: "float32|float64 [N, K] C cuda writable"},
-		{in: "f32|int64[*, 3]", want: "float32|int64 [*, 3]"},
-		{in: "[]", want: "[]"},
-		{in: "F cpu", want: "F cpu"},
-		{in: "float32 complex64", bad: true, want: `unknown word "complex64"`},
-		{in: "C F", bad: true, want: "two orders"},
-		{in: "cpu cuda", bad: true, want: "two devices"},
-		{in: "[N, -2]", bad: true, want: `dimension "-2"`},
-		{in: "[N", bad: true, want: "'[' without ']'"},
-		{in: "float33", bad: true, want: "neither a dtype nor a constraint"},
+		{got.Params[2], FloatKind, 32, ""},
+		{got.Params[2], IntKind, 64, "want int (int64), got float 1.5"},
+		{got.Params[3], StringKind, 0, ""},
+		{got.Params[3], BoolKind, 0, `want bool, got str "a,b"`},
+		{SchemaParam{Name: "n", Default: "300", HasDefault: true}, IntKind, 8, "300 is out of range for int8"},
+		{SchemaParam{Name: "n", Default: "300", HasDefault: true}, UintKind, 16, ""},
+		{got.Params[4], IntKind, 64, ""},
 	} {
-		got, err := ParseTensorSpec(c.in)
-		if c.bad {
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("ParseTensorSpec(%q) = %v, %v; want an error with %q", c.in, got, err, c.want)
-			}
-			continue
+		err := c.p.CheckDefault(c.kind, c.bits)
+		if c.err == "" && err != nil || c.err != "" && (err == nil || err.Error() != c.err) {
+			t.Errorf("%s=%s as %v%d: %v, want %q", c.p.Name, c.p.Default, c.kind, c.bits, err, c.err)
 		}
-		if err != nil || got.String() != c.want {
-			t.Errorf("ParseTensorSpec(%q) = %q, %v; want %q", c.in, got.String(), err, c.want)
-		}
+	}
+	if _, err := ParseSchema("mylib.mm(x: float33)"); err == nil || !strings.Contains(err.Error(), "parameter x: ") {
+		t.Errorf("a bad dtype: %v", err)
 	}
 }
 
@@ -158,14 +166,14 @@ func TestCallChecksAndRuns(t *testing.T) {
 	}
 	short := f32(t, 1, 2)
 	_, err = f.Call(&Args{Tensors: []*zerocopy.View{out, short, nil}, Values: make([]Value, 3), StreamDevice: -1}, 0)
-	want := "t.scale: argument x: want float32 [N] C (N=3 from out); got float32 [2] C/F-contiguous cpu writable: shape[0] (2 != N=3 from out)"
+	want := "t.scale: argument x: want float32 [N] C (N=3 from out); got float32 [2] C/F cpu writable: shape[0] (2 != N=3 from out)"
 	if ClassOf(err) != ValueError || err.Error() != want {
 		t.Fatalf("a short x:\n got %v (%v)\nwant %s", err, ClassOf(err), want)
 	}
 	i64, _ := zerocopy.FromSlice([]int64{1, 2, 3}, 3)
 	defer i64.Close()
 	_, err = f.Call(&Args{Tensors: []*zerocopy.View{out, i64, nil}, Values: make([]Value, 3), StreamDevice: -1}, 0)
-	if ClassOf(err) != TypeError || !strings.HasSuffix(err.Error(), "int64 [3] C/F-contiguous cpu writable: dtype") {
+	if ClassOf(err) != TypeError || err.Error() != "t.scale: argument x: want float32 [N] C (N=3 from out); got int64 [3] C/F cpu writable: dtype" {
 		t.Fatalf("an int64 x: %v", err)
 	}
 }
@@ -259,22 +267,6 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-func TestDeviceKinds(t *testing.T) {
-	for _, c := range []struct {
-		k    DeviceKind
-		d    dlpack.DeviceType
-		want bool
-	}{
-		{CPU, dlpack.CPU, true}, {CPU, dlpack.CUDAHost, true}, {CPU, dlpack.CUDA, false}, {CPU, dlpack.CUDAManaged, true},
-		{CUDA, dlpack.CUDA, true}, {CUDA, dlpack.CPU, false}, {CUDA, dlpack.CUDAManaged, true},
-		{AnyDevice, dlpack.CPU, true}, {AnyDevice, dlpack.CUDA, true}, {AnyDevice, dlpack.ROCM, false},
-	} {
-		if got := c.k.accepts(dlpack.Device{Type: c.d}); got != c.want {
-			t.Errorf("%v accepts %v = %v", c.k, c.d, got)
-		}
-	}
-}
-
 func FuzzParseSchema(f *testing.F) {
 	for _, s := range []string{"a.b(x: float32 [N, K] C cuda writable, y=1.0, s='a,b')", "a.b()", "a.b(x: [", "a.b(x: f32|f64 [*])"} {
 		f.Add(s)
@@ -288,9 +280,9 @@ func FuzzParseSchema(f *testing.F) {
 			t.Fatalf("parseSchema(%q) accepted the name %q", s, name)
 		}
 		for _, p := range params {
-			if p.tensor != nil {
-				if _, err := ParseTensorSpec(p.tensor.String()); err != nil && p.tensor.String() != "any tensor" {
-					t.Fatalf("parseSchema(%q): the spec %q does not parse again: %v", s, p.tensor.String(), err)
+			if p.Tensor != nil {
+				if w, err := zerocopy.ParseWant(p.Tensor.String()); err != nil || w.String() != p.Tensor.String() {
+					t.Fatalf("parseSchema(%q): the spec %q does not parse again: %v, %v", s, p.Tensor.String(), w, err)
 				}
 			}
 		}
