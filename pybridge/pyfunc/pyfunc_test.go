@@ -2,6 +2,7 @@ package pyfunc
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -287,4 +288,143 @@ func FuzzParseSchema(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Arguments that share memory with a written one are read from a copy, as
+// NumPy's ufuncs make overlapping arguments right; two written arguments
+// that share memory are refused before the body runs.
+func TestCallOverlappingArguments(t *testing.T) {
+	scale, err := NewFunc("t.scale(out: float32 [N] C writable, x: float32 [N] C, factor=2.0)", scaleBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reverse, err := NewFunc("t.reverse(out: float32 [N] writable, x: float32 [N])", func(out, x *zerocopy.View) error {
+		o, _ := zerocopy.HostSlice[float32](out)
+		in, _ := zerocopy.HostSliceRO[float32](x)
+		for i := range o {
+			o[i] = in[len(in)-1-i]
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// out = x, elementwise, with x F-contiguous (read through its C
+	// transpose): x a transposed view of out makes this a transpose in place.
+	assignF, err := NewFunc("t.assign_f(out: float32 [N, N] C writable, x: float32 [N, N] F)", func(out, x *zerocopy.View) error {
+		if !x.IsFContiguous() {
+			return ValueErrorf("x is not F-contiguous")
+		}
+		xt, _ := x.T()
+		o, _ := zerocopy.HostSlice[float32](out)
+		in, _ := zerocopy.HostSliceRO[float32](xt)
+		n := int(out.Shape()[0])
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				o[i*n+j] = in[j*n+i]
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	both, err := NewFunc("t.both(a: float32 writable, b: float32 writable)", func(a, b *zerocopy.View) { ran = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := func(v *zerocopy.View, start, stop int64) *zerocopy.View {
+		s, err := v.Slice(0, start, stop, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		f    *Func
+		args func(m *zerocopy.View) []*zerocopy.View // over m, float32 0..8
+		want []float32                               // m after the call
+		err  string
+	}{
+		{"written one element ahead of what is read", scale,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{slice(m, 1, 9), slice(m, 0, 8), nil} },
+			[]float32{0, 0, 2, 4, 6, 8, 10, 12, 14}, ""},
+		{"written one element behind what is read", scale,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{slice(m, 0, 8), slice(m, 1, 9), nil} },
+			[]float32{2, 4, 6, 8, 10, 12, 14, 16, 8}, ""},
+		{"the same memory, read in another order", reverse,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{m, m} },
+			[]float32{8, 7, 6, 5, 4, 3, 2, 1, 0}, ""},
+		{"a transpose in place keeps the order the schema asks for", assignF,
+			func(m *zerocopy.View) []*zerocopy.View {
+				sq, _ := m.Reshape(3, 3)
+				tr, _ := sq.T()
+				return []*zerocopy.View{sq, tr}
+			},
+			[]float32{0, 3, 6, 1, 4, 7, 2, 5, 8}, ""},
+		{"two written arguments", both,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{slice(m, 0, 5), slice(m, 4, 9)} },
+			[]float32{0, 1, 2, 3, 4, 5, 6, 7, 8}, "t.both: arguments a and b share memory and both are written: pass tensors that do not overlap"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := f32(t, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+			tensors := c.args(m)
+			orig := append([]*zerocopy.View(nil), tensors...)
+			ran = false
+			_, err := c.f.Call(&Args{Tensors: tensors, Values: make([]Value, len(tensors)), StreamDevice: -1}, 0)
+			if c.err == "" && err != nil || c.err != "" && (err == nil || err.Error() != c.err || ClassOf(err) != ValueError || ran) {
+				t.Fatalf("Call: %v (%v, body ran: %v); want %q", err, ClassOf(err), ran, c.err)
+			}
+			got, _ := zerocopy.HostSliceRO[float32](m)
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("memory after the call (-want +got):\n%s", diff)
+			}
+			for i := range orig {
+				if tensors[i] != orig[i] {
+					t.Errorf("argument %d is not the caller's view after the call", i)
+				}
+			}
+		})
+	}
+}
+
+// A stream of another device than the call's CUDA tensors is refused before
+// the body runs (the body would launch on it with the tensors' context).
+func TestCallRefusesStreamOfAnotherDevice(t *testing.T) {
+	ran := false
+	f, err := NewFunc("t.axpy(y: float32 [N] cuda writable, x: float32 [N] cuda)", func(s *cuda.Stream, y, x *zerocopy.View) { ran = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := func(ord int32, ptr uintptr) *zerocopy.View {
+		v, err := zerocopy.Wrap(zerocopy.Spec{Ptr: ptr, Device: dlpack.CUDADevice(int(ord)), DType: dlpack.Float32Type, Shape: []int64{4}}, zerocopy.NewOwner(nil, "made-up device memory"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+	y, x := dev(0, 0x10000), dev(0, 0x20000)
+	for _, c := range []struct {
+		name      string
+		streamDev int
+		refused   bool
+	}{
+		{"a stream of cuda:1", 1, true},
+		{"a stream of cuda:3", 3, true},
+		{"a stream of the tensors' device", 0, false},
+		{"a stream whose device the caller does not know", -1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ran = false
+			_, err := f.Call(&Args{Tensors: []*zerocopy.View{y, x}, Values: make([]Value, 2), Stream: 0x5000, StreamDevice: c.streamDev}, 0)
+			want := fmt.Sprintf("t.axpy: stream= is a stream of cuda:%d, but argument x is on cuda:0: pass a stream of cuda:0 (or none for the tensors' current stream)", c.streamDev)
+			refused := err != nil && ClassOf(err) == ValueError && err.Error() == want
+			if refused != c.refused || ran && c.refused {
+				t.Fatalf("Call: %v (%v, body ran: %v); refused %v, want %v", err, ClassOf(err), ran, refused, c.refused)
+			}
+		})
+	}
 }
