@@ -2,7 +2,6 @@ package pybridge
 
 import (
 	"math"
-	"strings"
 	"testing"
 	"unsafe"
 
