@@ -557,6 +557,19 @@ def test_overlapping_written_arguments_are_refused():
 
 
 @pytest.mark.gpu
+def test_overlapping_cuda_arguments_are_made_right(driver):
+    """The body reads a copy of x made on the call's stream before it runs."""
+    a = np.arange(8, dtype=np.float32)
+    t = dlbridge.asarray(a).to("cuda")
+    s = dlbridge.Stream(device=0)
+    ops.gofunc.axpy(t[1:], t[:-1], 2.0, stream=s)
+    s.synchronize()
+    want = a.copy()
+    want[1:] = 2.0 * a[:-1] + a[1:]
+    assert np.from_dlpack(t.to("cpu")).tolist() == want.tolist()
+
+
+@pytest.mark.gpu
 def test_cuda_result_is_pending_on_the_callers_stream(driver):
     x = dlbridge.zeros(16, device="cuda")
     s = dlbridge.Stream(device=0)
