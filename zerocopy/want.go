@@ -113,7 +113,10 @@ func (w Want) CheckArg(fn, arg string, v *View) error {
 		panic("zerocopy: " + err.Error())
 	}
 	var buf [4]int64
-	bound := boundBuf(buf[:0], c.nnames)
+	bound := buf[:]
+	if c.nnames > len(buf) {
+		bound = make([]int64, c.nnames)
+	}
 	if c.accepts(v, bound) {
 		return nil
 	}
@@ -207,20 +210,9 @@ func (c *wantCheck) compile(w *Want, names *[]string) error {
 	return nil
 }
 
-// boundBuf is buf extended to n unbound (-1) extents.
-func boundBuf(buf []int64, n int) []int64 {
-	if n > cap(buf) {
-		buf = make([]int64, n)
-	}
-	buf = buf[:n]
-	for i := range buf {
-		buf[i] = -1
-	}
-	return buf
-}
-
 // accepts reports whether v meets c, binding the named dimensions it
-// meets first in bound: the accepting path, which names nothing.
+// meets first in bound (an extent plus one; 0 while unbound, so that a
+// zeroed array starts the call): the accepting path, which names nothing.
 func (c *wantCheck) accepts(v *View, bound []int64) bool {
 	if !v.Alive() {
 		return false
@@ -244,9 +236,9 @@ func (c *wantCheck) accepts(v *View, bound []int64) bool {
 			got := shape[j]
 			switch {
 			case d.name >= 0:
-				if b := &bound[d.name]; *b < 0 {
-					*b = got
-				} else if *b != got {
+				if b := &bound[d.name]; *b == 0 {
+					*b = got + 1
+				} else if *b != got+1 {
 					return false
 				}
 			case d.size >= 0 && got != d.size:
@@ -266,9 +258,13 @@ func (c *wantCheck) accepts(v *View, bound []int64) bool {
 // that Check costs a few comparisons per argument when they are met; only
 // a mismatch builds the message.
 type Signature struct {
-	fn    string
-	args  []sigArg
-	names []string // the dimension names, in order of first use
+	fn      string
+	args    []sigArg
+	tensors []int    // the indices of the tensor arguments
+	names   []string // the dimension names, in order of first use
+	// pairs are the argument pairs Overlap compares: a written one first,
+	// then any other tensor.
+	pairs [][2]int
 }
 
 type sigArg struct {
@@ -290,8 +286,19 @@ func NewSignature(fn string, names []string, wants []*Want) (*Signature, error) 
 			continue
 		}
 		s.args[i].tensor = true
+		s.tensors = append(s.tensors, i)
 		if err := s.args[i].c.compile(w, &s.names); err != nil {
 			return nil, fmt.Errorf("zerocopy: %s: argument %s: %v", fn, names[i], err)
+		}
+	}
+	for _, i := range s.tensors {
+		if !s.args[i].c.writable {
+			continue
+		}
+		for _, k := range s.tensors {
+			if k != i {
+				s.pairs = append(s.pairs, [2]int{i, k})
+			}
 		}
 	}
 	return s, nil
@@ -313,13 +320,13 @@ func (s *Signature) Check(vs []*View) error {
 	if len(vs) != len(s.args) {
 		return fmt.Errorf("zerocopy: %s: %d views for %d arguments", s.fn, len(vs), len(s.args))
 	}
-	var buf [8]int64
-	bound := boundBuf(buf[:0], len(s.names))
-	for i := range s.args {
+	var buf [8]int64 // zeroed: every name unbound
+	bound := buf[:]
+	if len(s.names) > len(buf) {
+		bound = make([]int64, len(s.names))
+	}
+	for _, i := range s.tensors {
 		a := &s.args[i]
-		if !a.tensor {
-			continue
-		}
 		v := vs[i]
 		if v == nil {
 			return fmt.Errorf("%s: missing tensor argument %s", s.fn, a.name)
@@ -433,31 +440,41 @@ func (s *Signature) errorf(arg string, err error) error {
 // the input first; a caller may, or refuse the call). Identical views
 // overlap too: a body that is not elementwise computes them wrong.
 func (s *Signature) Overlap(vs []*View) (w, o int, ok bool) {
-	for i := range s.args {
-		if !s.args[i].c.writable || i >= len(vs) || vs[i] == nil {
+	if len(vs) != len(s.args) {
+		return 0, 0, false
+	}
+	for _, p := range s.pairs {
+		a, b := vs[p[0]], vs[p[1]]
+		if a == nil || b == nil {
 			continue
 		}
-		lo, hi := spanOf(vs[i])
-		if lo == hi {
-			continue
-		}
-		for k := range s.args {
-			if k == i || !s.args[k].tensor || k >= len(vs) || vs[k] == nil {
-				continue
-			}
-			if klo, khi := spanOf(vs[k]); klo < khi && klo < hi && lo < khi {
-				return i, k, true
-			}
+		alo, ahi := spanOf(a)
+		if blo, bhi := spanOf(b); alo < ahi && blo < bhi && alo < bhi && blo < ahi {
+			return p[0], p[1], true
 		}
 	}
 	return 0, 0, false
 }
 
-// spanOf is the addresses [lo, hi) v may touch.
+// spanOf is the addresses [lo, hi) v may touch; a 1-d view of whole
+// bytes, a call's usual argument, is worked out without ByteSpan's loop.
 func spanOf(v *View) (lo, hi uintptr) {
-	a, b := v.lay.ByteSpan()
-	p := v.Ptr()
-	return p + uintptr(a), p + uintptr(b)
+	l := &v.lay
+	p := v.base + uintptr(l.offset)
+	if l.n != 1 || l.dtype.Bits < 8 {
+		a, b := l.ByteSpan()
+		return p + uintptr(a), p + uintptr(b)
+	}
+	e := l.inl[0]
+	if e == 0 {
+		return p, p
+	}
+	is := int64(l.dtype.ItemSize())
+	r := (e - 1) * l.inl[inlineDims] * is
+	if r < 0 {
+		return p + uintptr(r), p + uintptr(is)
+	}
+	return p, p + uintptr(r+is)
 }
 
 // String writes w in the notation ParseWant reads (a schema's): "float32 |

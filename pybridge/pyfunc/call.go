@@ -277,8 +277,10 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 	}
 	var copies []argCopy
 	if f.mayOverlap {
-		if copies, err = f.separate(a, s); err != nil {
-			return err
+		if _, _, ok := f.sig.Overlap(a.Tensors); ok {
+			if copies, err = f.separate(a, s); err != nil {
+				return err
+			}
 		}
 	}
 	fr, pooled := a.Frame, false
