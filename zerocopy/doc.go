@@ -35,7 +35,7 @@
 // writes to read-only views.
 //
 //	data := []float32{0, 1, 2, 3, 4, 5}
-//	m, err := zerocopy.FromSlice(data, 2, 3) // float32[2 3] over data
+//	m, err := zerocopy.FromSlice(data, 2, 3) // float32[2, 3] over data
 //	if err != nil { ... }
 //	defer m.Close()
 //	col, err := m.Select(1, -1) // the last column: float32[2], stride 3; no Close

@@ -521,8 +521,9 @@ func formatDims(ds []Dim) string {
 	return "[" + strings.Join(s, ", ") + "]"
 }
 
-// formatShape writes a shape as a Want writes one: "[4, 2]".
-func formatShape(shape []int64) string {
+// FormatShape writes a shape (or strides) as a Want writes one, "[4, 2]":
+// the one notation of shapes in messages, which schemas use too.
+func FormatShape(shape []int64) string {
 	var b strings.Builder
 	b.WriteByte('[')
 	for i, n := range shape {
@@ -684,7 +685,7 @@ func (v *View) Describe() string {
 	if v.ReadOnly() {
 		access = "read-only"
 	}
-	return v.DType().String() + " " + formatShape(v.lay.shape()) + " " + order + " " + v.Device().String() + " " + access
+	return v.DType().String() + " " + FormatShape(v.lay.shape()) + " " + order + " " + v.Device().String() + " " + access
 }
 
 // A MismatchError is a tensor that does not meet a Want. Its message reads
