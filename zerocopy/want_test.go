@@ -394,3 +394,24 @@ func ExampleSignature_Check() {
 	// Output:
 	// mylib.matmul: argument w: want float32 [K, M] (K=3 from x); got float32 [4, 2] C cpu writable: shape[0] (4 != K=3 from x)
 }
+
+// Whatever ParseWant accepts, String writes in a form it reads back the
+// same, and a Signature compiles it.
+func FuzzParseWant(f *testing.F) {
+	for _, s := range []string{"float32 | float64 [N, K] C cuda writable", "", "[]", "int8 [*, 3] F cpu", "cuda:1 [N, N]", "any tensor", "[N, -2]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, err := zerocopy.ParseWant(s)
+		if err != nil {
+			return
+		}
+		again, err := zerocopy.ParseWant(w.String())
+		if err != nil || again.String() != w.String() {
+			t.Fatalf("ParseWant(%q).String() = %q reads back as %q, %v", s, w.String(), again.String(), err)
+		}
+		if _, err := zerocopy.NewSignature("f", []string{"x"}, []*zerocopy.Want{&w}); err != nil {
+			t.Fatalf("ParseWant(%q) = %q does not compile: %v", s, w.String(), err)
+		}
+	})
+}
