@@ -114,8 +114,8 @@ func (w Want) CheckArg(fn, arg string, v *View) error {
 	}
 	var buf [4]int64
 	bound := buf[:]
-	if c.nnames > len(buf) {
-		bound = make([]int64, c.nnames)
+	if len(c.names) > len(buf) {
+		bound = make([]int64, len(c.names))
 	}
 	if c.accepts(v, bound) {
 		return nil
@@ -134,8 +134,7 @@ type wantCheck struct {
 	devID    int32  // the accepted CUDA ordinal, or -1
 	ndim     int    // -1: any
 	dims     []wantDim
-	nnames   int      // the names this Want uses (compile without a Signature)
-	names    []string // those names (compile without a Signature)
+	names    []string // the names this Want uses, when compiled without a Signature
 	order    Order
 	writable bool
 }
@@ -203,9 +202,6 @@ func (c *wantCheck) compile(w *Want, names *[]string) error {
 				c.dims[i].name = k
 			}
 		}
-	}
-	if local {
-		c.nnames = len(c.names)
 	}
 	return nil
 }
