@@ -294,9 +294,34 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 	err = f.runIn(fr, s, a, out)
 	fr.reset(f, pooled)
 	if copies != nil {
+		if err == nil {
+			err = f.keepResultsOfCopies(out, copies)
+		}
 		undoCopies(a, copies)
 	}
 	return err
+}
+
+// keepResultsOfCopies gives a result that views a copy (a body that
+// returns a view of its argument) a reference of its own, so that it
+// outlives the copy, as a view of the caller's argument would.
+func (f *Func) keepResultsOfCopies(out *Outcome, copies []argCopy) error {
+	for i, r := range out.Tensors {
+		for _, c := range copies {
+			if r == nil || r.Owner() != c.copy.Owner() {
+				continue
+			}
+			kept, err := r.Retain()
+			if err != nil {
+				out.closeTensors()
+				*out = Outcome{}
+				return RuntimeErrorf("%s: result %d views a copy of an argument: %v", f.Name, i+1, err)
+			}
+			r.Close() // drops r's own reference, if it had one (a derived view has none)
+			out.Tensors[i], r = kept, kept
+		}
+	}
+	return nil
 }
 
 // argCopy is an argument the body reads from a copy: the copy at index i

@@ -390,6 +390,35 @@ func TestCallOverlappingArguments(t *testing.T) {
 	}
 }
 
+// A result that views the copy an overlapping argument was read from
+// outlives the call, as a view of the caller's argument would.
+func TestCallResultOfACopiedArgument(t *testing.T) {
+	f, err := NewFunc("t.fill_and_view(out: float32 [N] writable, x: float32 [N])", func(out, x *zerocopy.View) (*zerocopy.View, error) {
+		o, _ := zerocopy.HostSlice[float32](out)
+		for i := range o {
+			o[i] = -1
+		}
+		return x.Slice(0, 0, 2, 1) // borrows x's reference
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := f32(t, 1, 2, 3, 4)
+	out, err := f.Call(&Args{Tensors: []*zerocopy.View{m, m}, Values: make([]Value, 2), StreamDevice: -1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Tensors[0]
+	defer r.Close()
+	got, err := zerocopy.HostSliceRO[float32](r)
+	if err != nil {
+		t.Fatalf("the result after the call: %v", err)
+	}
+	if diff := cmp.Diff([]float32{1, 2}, got); diff != "" {
+		t.Errorf("the result reads what x held before the body wrote (-want +got):\n%s", diff)
+	}
+}
+
 // A stream of another device than the call's CUDA tensors is refused before
 // the body runs (the body would launch on it with the tensors' context).
 func TestCallRefusesStreamOfAnotherDevice(t *testing.T) {
