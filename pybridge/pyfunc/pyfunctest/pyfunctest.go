@@ -21,6 +21,7 @@ func init() {
 	pyfunc.Register("pytest.fail(kind)", Fail)
 	pyfunc.Register("pytest.matmul_check(x: float32 [N, K], w: float32 [K, M], out: float32 [N, M] writable)", MatmulCheck)
 	pyfunc.Register("pytest.first_row(x: [R, K])", FirstRow)
+	pyfunc.Register("pytest.swap(a: float32 [N] C cpu writable, b: float32 [N] C cpu writable)", Swap)
 	pyfunc.Register("pytest.keep(x: float32 cpu)", Keep)
 	pyfunc.Register("pytest.keep_first(x: float32 cpu, y: float32 cpu)", KeepFirst)
 	pyfunc.Register("pytest.kept_sum()", KeptSum)
@@ -73,6 +74,23 @@ func Fail(kind string) error {
 
 // MatmulCheck checks shapes only (named dimensions shared by x, w, out).
 func MatmulCheck(x, w, out *zerocopy.View) error { return nil }
+
+// Swap exchanges the elements of a and b: two written arguments, which
+// must not share memory.
+func Swap(a, b *zerocopy.View) error {
+	x, err := zerocopy.HostSlice[float32](a)
+	if err != nil {
+		return err
+	}
+	y, err := zerocopy.HostSlice[float32](b)
+	if err != nil {
+		return err
+	}
+	for i := range x {
+		x[i], y[i] = y[i], x[i]
+	}
+	return nil
+}
 
 // FirstRow returns row 0 of x: a view of the argument's memory.
 func FirstRow(x *zerocopy.View) (*zerocopy.View, error) { return x.Select(0, 0) }
