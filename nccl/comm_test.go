@@ -59,7 +59,7 @@ func TestChecksBeforeNCCL(t *testing.T) {
 		{"other device", func() error { return c.AllReduce(f4, other, nccl.Sum, nil) }, "cuda:1"},
 		{"dtype mismatch", func() error { return c.AllReduce(dev(dlpack.Int32Type, 4), f4, nccl.Sum, nil) }, "dtype"},
 		{"length mismatch", func() error { return c.AllReduce(dev(dlpack.Float32Type, 3), f4, nccl.Sum, nil) }, "3 elements"},
-		{"strided", func() error { return c.AllReduce(f4, strided, nccl.Sum, nil) }, "contiguous"},
+		{"strided", func() error { return c.AllReduce(f4, strided, nccl.Sum, nil) }, "strided cuda:0 writable: order"},
 		{"complex", func() error { return c.AllReduce(f4, dev(dlpack.Complex64Type, 4), nccl.Sum, nil) }, "NCCL has"},
 		{"bad op", func() error { return c.AllReduce(f4, f4, nccl.Op(9), nil) }, "reduction"},
 		{"root", func() error { return c.Broadcast(f4, f4, 1, nil) }, "root 1"},

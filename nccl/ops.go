@@ -133,7 +133,10 @@ func (s *spec) check(name string) error {
 		if v == nil {
 			return fmt.Errorf("nccl: %s: %s: nil view", name, arg)
 		}
-		w := zerocopy.Want{DType: dt, Shape: shape, Order: zerocopy.COrder, Device: dev, Writable: writable}
+		w := zerocopy.Want{DTypes: []dlpack.DataType{dt}, Order: zerocopy.COrder, Device: dev, Writable: writable}
+		if shape != nil {
+			w.Shape = zerocopy.Extents(shape...)
+		}
 		if err := w.Check(v); err != nil {
 			return fmt.Errorf("nccl: %s: %s: %w", name, arg, err)
 		}
@@ -475,7 +478,7 @@ func (c *Comm) AllToAll(dst, src *zerocopy.View, s *cuda.Stream) error {
 	if src.NDim() == 0 || src.Shape()[0]%n != 0 {
 		return fmt.Errorf("nccl: all_to_all: src shape %v: the first dimension must split into %d equal blocks", src.Shape(), n)
 	}
-	if err := (zerocopy.Want{Shape: src.Shape(), DType: src.DType()}).Check(dst); err != nil {
+	if err := (zerocopy.Want{Shape: zerocopy.Extents(src.Shape()...), DTypes: []dlpack.DataType{src.DType()}}).Check(dst); err != nil {
 		return fmt.Errorf("nccl: all_to_all: dst must match src: %w", err)
 	}
 	ops := make([]P2P, 0, 2*c.size)
