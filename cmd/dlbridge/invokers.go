@@ -39,11 +39,7 @@ const (
 // (vetRegistrations): a mistake fails the build here, before go build
 // links anything, with the message Python would raise.
 func (b *builder) invokersSource(pkgs []*goPackage) ([]byte, error) {
-	paths := make([]string, len(pkgs))
-	for i, p := range pkgs {
-		paths[i] = p.ImportPath
-	}
-	exports, err := b.exportData(paths)
+	exports, err := b.exportData()
 	if err != nil {
 		return nil, err
 	}
@@ -66,13 +62,16 @@ func (b *builder) invokersSource(pkgs []*goPackage) ([]byte, error) {
 	return g.source()
 }
 
-// exportData maps each package the named packages depend on to its
-// compiled export data (go list -export), for the type checker.
-func (b *builder) exportData(paths []string) (map[string]string, error) {
-	args := append([]string{"list", "-export", "-deps", "-json=ImportPath,Export"}, paths...)
-	if b.o.tags != "" {
-		args = append(args[:1], append([]string{"-tags", b.o.tags}, args[1:]...)...)
-	}
+// exportData maps each package the generated main package depends on to
+// its compiled export data (go list -export), for the type checker. The
+// packages are compiled as go build will compile them for the library
+// (c-shared, -trimpath, the profile beside main.go, the tags), so that
+// go build finds every one of them in its cache: compiled in go list's
+// default mode they would be compiled twice, for the export data and
+// again for the library.
+func (b *builder) exportData() (map[string]string, error) {
+	args := append([]string{"list", "-export", "-deps", "-json=ImportPath,Export"}, b.compileFlags()...)
+	args = append(args, ".")
 	out, err := b.goCmd(b.dir, b.workFile, args...)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -149,11 +150,9 @@ func namedScalar(schema, name string, params []types.Type) *strings.Replacer {
 	if err != nil {
 		return none
 	}
-	k := -1
-	for i, n := range names {
-		if n == name {
-			k = i
-		}
+	k := slices.Index(names, name)
+	if k < 0 {
+		return none
 	}
 	for _, t := range params {
 		if isPtrTo(t, cudaPkg, "Stream") {
