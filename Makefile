@@ -20,8 +20,12 @@ lib:
 # The Python package of the checkout made whole in place: the extension
 # dlbridge._core and libdlbridge.so inside pybridge/python/dlbridge, so that
 # PYTHONPATH=pybridge/python needs no DLBRIDGE_LIB (needs python3-dev).
+# Against this machine's glibc (DLBRIDGE_GLIBC_FLOOR empty: no stub
+# libraries in CGO_LDFLAGS, which only a wheel's tag needs): the packages are
+# then compiled exactly as `dlbridge build` compiles them (make ops-lib, make
+# demo), and go build compiles them once for both.
 ext:
-	cd pybridge/python && GO=$(GO) $(PY) setup.py -q build_ext --inplace
+	cd pybridge/python && GO=$(GO) DLBRIDGE_GLIBC_FLOOR= $(PY) setup.py -q build_ext --inplace
 
 # The wheel users install (cp310-abi3 on CPython 3.10+ with the GIL; tagged
 # manylinux_2_X as its binaries' glibc needs decide), built offline with
@@ -236,11 +240,15 @@ bench:
 # The main job: the package made whole in place (make ext: libdlbridge.so
 # and the C extension), examples/gofunc linked by dlbridge build, and the
 # demo (NumPy/PyTorch, CuPy on a GPU machine). Each library is built once,
-# both with -trimpath and the profile as the wheel's are, so that go build
-# compiles the shared packages once for the two.
+# and the packages they share are compiled once (make ext says why). The
+# dlbridge command compiles meanwhile (go/types and the rest of its own:
+# about half the work of a cold build), which fills the second core while
+# the first compiles C (cgo, the extension); demo.sh's `go run` of it then
+# finds it in the build cache.
 demo:
-	@echo "building pybridge/python/dlbridge in place (libdlbridge.so, the extension dlbridge._core)"
-	@$(MAKE) -s ext
+	@echo "building pybridge/python/dlbridge in place (libdlbridge.so, the extension dlbridge._core) and cmd/dlbridge"
+	@$(GO) build -o /dev/null ./cmd/dlbridge & tool=$$!; \
+	$(MAKE) -s ext; rc=$$?; wait $$tool || rc=1; exit $$rc
 	@DLBRIDGE_LIB=$(CURDIR)/pybridge/python/dlbridge/libdlbridge.so PYTHONPATH=$(CURDIR)/pybridge/python bash examples/demo.sh
 
 # Everything the GPU machine needs, under build/gpu (see docs/development.md); run there with
