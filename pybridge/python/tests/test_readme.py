@@ -4,8 +4,10 @@ and PyTorch are installed, the GPU one on a CUDA device or the fake driver
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -85,7 +87,6 @@ def author_dir(tmp_path_factory):
         os.symlink(prebuilt, lib)
         return wd
     repo = os.path.dirname(os.path.abspath(README))
-    import shutil
     if not shutil.which("go") or not os.path.isdir(os.path.join(repo, "cmd", "dlbridge")):
         if os.environ.get("DLBRIDGE_EXPECT_INSTALLED"):
             pytest.fail("the README's Go package needs the go command and the checkout to build")
@@ -217,18 +218,17 @@ def test_docs_block_markers():
 
 
 def _go():
-    import shutil
-    go = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
-    if not os.access(go, os.X_OK) and not shutil.which(go):
+    """The go command: $GO, else go on PATH, else Go's default install."""
+    go = shutil.which(os.environ.get("GO") or "go") or shutil.which("/usr/local/go/bin/go")
+    if not go:
         pytest.fail("the docs' blocks need the go command (GO=/path/to/go)")
-    return shutil.which(go) or go
+    return go
 
 
 class _DocSession:
     """The contexts of one documentation file's blocks."""
 
     def __init__(self, name, root):
-        import shutil
         self.name, self.root = name, root
         repo = _repo()
         go = _go()
@@ -313,7 +313,6 @@ def test_docs_block_wheel_template_outside_checkout(doc_sessions):
     there."""
     if not os.environ.get("DLBRIDGE_DOCS_BLOCKS"):
         pytest.skip("runs in make docs-test (DLBRIDGE_DOCS_BLOCKS=1): builds a wheel")
-    import shutil
     s = doc_sessions("template")
     mod = os.path.join(s.root, "template")
     shutil.copytree(os.path.join(s.dirs["checkout"], "examples", "gofunc"), os.path.join(mod, "gofunc"),
@@ -323,6 +322,5 @@ def test_docs_block_wheel_template_outside_checkout(doc_sessions):
              "go mod tidy && python3 -m pip wheel -q --no-build-isolation --no-deps -w dist ./gofunc/python")
     wheels = [n for n in os.listdir(os.path.join(mod, "dist")) if n.startswith("gofunc-") and n.endswith(".whl")]
     assert len(wheels) == 1, wheels
-    import zipfile
     with zipfile.ZipFile(os.path.join(mod, "dist", wheels[0])) as z:
         assert "gofunc/libgofunc.so" in z.namelist(), z.namelist()
