@@ -207,7 +207,7 @@ def _doc_blocks():
 def test_docs_block_markers():
     """Every sh and go block says how it is tested, in a form the runner knows."""
     blocks = _doc_blocks()
-    assert len(blocks) >= 10, blocks
+    assert blocks, "no sh or go block found"
     bad = ["%s:%d: ```%s block %s" % (f, ln, lang, "without a <!-- test: ... --> line above it" if mk is None
                                       else "with an unknown marker %r" % mk)
            for f, ln, lang, mk, _ in blocks if mk is None or not _MARK.match(mk)]
