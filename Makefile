@@ -223,8 +223,9 @@ test:
 # The shell and Go blocks of README.md and docs/*.md, run as written in a
 # scratch copy of the checkout, a new Go module and a Go author's module
 # (tests/test_readme.py, DLBRIDGE_DOCS_BLOCKS=1): each block says how above
-# it (<!-- test: ... -->), and only those that need a GPU or the network are
-# skipped, with the reason shown. Offline: Go modules from the module cache.
+# it (<!-- test: ... -->); a block is skipped only with its reason shown (a
+# GPU, the network, or this suite's own entry point). Offline: Go modules
+# from the module cache.
 docs-test: venv
 	@cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_DOCS_BLOCKS=1 DLBRIDGE_README=$(CURDIR)/README.md \
 	  GO=$(GO) $(VPYTEST) -rs $(CURDIR)/pybridge/python/tests/test_readme.py -k docs_block
