@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import zipfile
 
 import pytest
 
@@ -145,8 +144,9 @@ def test_readme_go_author_torch_example(author_dir):
 #   <!-- test: checkout -->          run with bash in a scratch copy of the checkout
 #   <!-- test: new-module -->        run in a Go user's new module (go mod init)
 #   <!-- test: author -->            run in a Go author's folder (its blocks make the module)
-#   <!-- test: file CONTEXT:PATH --> the block is the file PATH of that context (written
-#                                    before the context's first block runs; gofmt-clean)
+#   <!-- test: file CONTEXT:PATH --> a go or python block is the file PATH of that context
+#                                    (written before the context's first block runs;
+#                                    gofmt-clean, or compiled by py_compile)
 #   <!-- test: skip: REASON -->      not run here: a GPU or the network, and why
 # A block runs as written, with `bash -e`, offline: HOME is a scratch folder whose
 # src/dlbridge is this checkout (the docs' stand-in for a module on the proxy),
@@ -173,7 +173,8 @@ def _doc_files():
 
 
 def _doc_blocks():
-    """(file, line, lang, marker or None, code) of every sh and go block."""
+    """(file, line, lang, marker or None, code) of every sh and go block,
+    and of every python block with a marker."""
     if not os.path.exists(README):
         return []
     out = []
@@ -197,9 +198,12 @@ def _doc_blocks():
                 body.append(lines[i])
                 i += 1
             i += 1
-            if lang in ("sh", "go"):
-                prev = lines[start - 1] if start > 0 else ""
-                out.append((name, start + 1, lang, prev if prev.startswith("<!-- test:") else None, "\n".join(body) + "\n"))
+            prev = lines[start - 1] if start > 0 else ""
+            mark = prev if prev.startswith("<!-- test:") else None
+            # Python blocks are test_readme's examples above, unless a
+            # marker makes one a file of a context.
+            if lang in ("sh", "go") or lang == "python" and mark:
+                out.append((name, start + 1, lang, mark, "\n".join(body) + "\n"))
     return out
 
 
@@ -212,9 +216,11 @@ def test_docs_block_markers():
                                       else "with an unknown marker %r" % mk)
            for f, ln, lang, mk, _ in blocks if mk is None or not _MARK.match(mk)]
     assert not bad, "\n".join(bad)
-    # A file block is Go source (gofmt checks it); sh blocks run.
-    files = ["%s:%d" % (f, ln) for f, ln, lang, mk, _ in blocks if mk and mk.startswith("<!-- test: file ") and lang != "go"]
-    assert not files, files
+    # A file block is Go or Python source (gofmt or py_compile checks it);
+    # sh blocks run, and a python block's only marker is a file's.
+    wrong = ["%s:%d" % (f, ln) for f, ln, lang, mk, _ in blocks
+             if mk and (mk.startswith("<!-- test: file ") == (lang == "sh") or lang == "python" and not mk.startswith("<!-- test: file "))]
+    assert not wrong, wrong
 
 
 def _go():
@@ -298,29 +304,13 @@ def test_docs_block(block, doc_sessions):
         pytest.skip("runs in make docs-test (DLBRIDGE_DOCS_BLOCKS=1): builds the library and modules")
     s = doc_sessions(name)
     if kind.startswith("file "):
-        # Written into its context when the session began; here: gofmt-clean.
+        # Written into its context when the session began; here: well formed.
         path = os.path.join(s.dirs[kind[5:].split(":")[0]], kind.split(":", 1)[1])
-        assert s.run_in(os.path.dirname(path), "gofmt -l %s" % os.path.basename(path)) == "", "%s:%d is not gofmt-clean" % (name, line)
+        if lang == "go":
+            out = s.run_in(os.path.dirname(path), "gofmt -l %s" % os.path.basename(path))
+            assert out == "", "%s:%d is not gofmt-clean" % (name, line)
+        else:
+            r = subprocess.run([sys.executable, "-m", "py_compile", path], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
         return
     s.run_in(s.dirs[kind], code)
-
-
-def test_docs_block_wheel_template_outside_checkout(doc_sessions):
-    """examples/gofunc/python, the wheel template of docs/go-functions.md,
-    builds its wheel offline from a Go author's module outside the
-    checkout, whose go.mod points at the checkout with a replace directive:
-    its setup.py runs `go run github.com/dlbridge/dlbridge/cmd/dlbridge`
-    there."""
-    if not os.environ.get("DLBRIDGE_DOCS_BLOCKS"):
-        pytest.skip("runs in make docs-test (DLBRIDGE_DOCS_BLOCKS=1): builds a wheel")
-    s = doc_sessions("template")
-    mod = os.path.join(s.root, "template")
-    shutil.copytree(os.path.join(s.dirs["checkout"], "examples", "gofunc"), os.path.join(mod, "gofunc"),
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    s.run_in(mod, "go mod init example.com/team && "
-             "go mod edit -require=github.com/dlbridge/dlbridge@v0.0.0 -replace=github.com/dlbridge/dlbridge=$HOME/src/dlbridge && "
-             "go mod tidy && python3 -m pip wheel -q --no-build-isolation --no-deps -w dist ./gofunc/python")
-    wheels = [n for n in os.listdir(os.path.join(mod, "dist")) if n.startswith("gofunc-") and n.endswith(".whl")]
-    assert len(wheels) == 1, wheels
-    with zipfile.ZipFile(os.path.join(mod, "dist", wheels[0])) as z:
-        assert "gofunc/libgofunc.so" in z.namelist(), z.namelist()
