@@ -42,6 +42,8 @@ def test_signature_and_help():
     assert "out : Tensor, float32 [N] C writable" in doc
     assert "x : Tensor, float32 [N] C" in doc
     assert "factor : float (Go float32) = 2.0" in doc
+    # result_type= as the stub (dlbridge.stubgen) and the code take it.
+    assert "result_type : optional, 'torch', 'cupy', 'numpy', 'jax' or 'dlbridge'" in doc
     # The Go doc comment, recorded by dlbridge build.
     assert "Scale writes x * factor into out" in doc
     assert "examples/gofunc.Scale" in doc
