@@ -146,11 +146,11 @@ var namedParam = regexp.MustCompile(`\bparameter "([A-Za-z_][A-Za-z0-9_]*)"`)
 // "out of range for mylib.Mode", as Python says it.
 func namedScalar(schema, name string, params []types.Type) *strings.Replacer {
 	none := strings.NewReplacer()
-	_, names, err := pyfunc.SchemaNames(schema)
+	sc, err := pyfunc.ParseSchema(schema)
 	if err != nil {
 		return none
 	}
-	k := slices.Index(names, name)
+	k := slices.IndexFunc(sc.Params, func(p pyfunc.SchemaParam) bool { return p.Name == name })
 	if k < 0 {
 		return none
 	}
