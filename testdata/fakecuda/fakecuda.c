@@ -1321,10 +1321,15 @@ EXPORT long fakecuda_stale_stream_uses(void) {
     return n;
 }
 
-/* fakecuda_pool_access: the access flags device peer has to dev's pool. */
-EXPORT int fakecuda_pool_access(int dev, int peer) {
-    if (dev < 0 || dev >= ndev || peer < 0 || peer >= ndev) return -1;
-    return dev == peer ? 3 : pools[dev].access[peer];
+/* fakecuda_pool_access: the access flags device peer has to pool h (a
+ * default pool or one made by cuMemPoolCreate); -1 for an unknown pool. */
+EXPORT int fakecuda_pool_access(void *h, int peer) {
+    pthread_mutex_lock(&mu);
+    fpool *p = pool_of(h);
+    int r = -1;
+    if (p && peer >= 0 && peer < ndev) r = p->dev == peer ? 3 : p->access[peer];
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 
 EXPORT CUresult cuMemPoolTrimTo(void *h, size_t keep) {
