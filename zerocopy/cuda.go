@@ -433,16 +433,27 @@ func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, 
 	if err != nil && !errors.Is(err, cuda.ErrMissingSymbol) {
 		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync: %w", err)
 	}
+	if err != nil || !d.exportable {
+		pool = nil // cuMemAllocAsync: the default pool
+	}
+	return d.allocAsync(s, pool, spec, nb)
+}
+
+// allocAsync allocates nb bytes for spec in stream order on s from pool, an
+// exportable pool, or with pool nil from the device's current pool
+// (cuMemAllocAsync; the default pool unless another library changed it).
+func (d *devState) allocAsync(s *cuda.Stream, pool *cuda.MemPool, spec Spec, nb int64) (*View, error) {
 	m := &cudaMemory{d: d, async: s}
 	var p cuda.DevicePtr
-	if err == nil && d.exportable {
+	var err error
+	if pool != nil {
 		p, err = s.MemAllocFromPoolAsync(pool, nb)
 		m.pool, m.size = pool, nb
 	} else {
 		p, err = s.MemAllocAsync(nb)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync(%s%v on %v): %w", dt, shape, s, err)
+		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync(%s%v on %v): %w", spec.DType, spec.Shape, s, err)
 	}
 	m.ptr = p
 	m.owner.Init(m, "cuda async alloc")
