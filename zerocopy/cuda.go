@@ -410,6 +410,13 @@ func (v *View) AllocatedCUDA() bool {
 // is freed in stream order on s (cuMemFreeAsync), after the work of every
 // other stream a CopyCUDA used it on.
 func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, error) {
+	return allocCUDAAsync(s, true, dt, shape)
+}
+
+// allocCUDAAsync is AllocCUDAAsync; with exportable false it allocates
+// from the default pool as AllocCUDAAsync did before the pool of our own
+// (BenchmarkDevicePool compares the two).
+func allocCUDAAsync(s *cuda.Stream, exportable bool, dt dlpack.DataType, shape []int64) (*View, error) {
 	nb, err := allocBytes("AllocCUDAAsync", dt, shape)
 	if err != nil {
 		return nil, err
@@ -433,10 +440,30 @@ func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, 
 	if err != nil && !errors.Is(err, cuda.ErrMissingSymbol) {
 		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync: %w", err)
 	}
-	if err != nil || !d.exportable {
+	if err != nil || !exportable || !d.exportable || capturing(d, s) {
 		pool = nil // cuMemAllocAsync: the default pool
 	}
 	return d.allocAsync(s, pool, spec, nb)
+}
+
+// capturing reports whether s, a stream of d, is being captured into a
+// CUDA graph. An allocation in a capture becomes the graph's allocation
+// node, which the driver refuses for pools made for shareable handles
+// (CUDA_MEM_ALLOC_NODE_PARAMS: "IPC is not supported"): such an allocation
+// comes from the default pool, as it always did, and is not shareable. The
+// device's work stream is never captured (it is ours, and no caller's
+// capture reaches it), so the common allocation costs no query; another
+// stream (a caller's: the results of a call) costs one driver call. A
+// failed query counts as no capture.
+func capturing(d *devState, s *cuda.Stream) bool {
+	d.mu.Lock()
+	ws := d.stream
+	d.mu.Unlock()
+	if ws != nil && ws.Handle() == s.Handle() {
+		return false
+	}
+	c, err := s.IsCapturing()
+	return err == nil && c
 }
 
 // allocAsync allocates nb bytes for spec in stream order on s from pool, an

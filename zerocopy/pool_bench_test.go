@@ -10,11 +10,11 @@ import (
 )
 
 // BenchmarkDevicePool compares, in one run, allocation and free of device
-// tensors (AllocCUDAAsync's whole path: the driver's allocation, the view,
-// the stream-ordered free at Close) from the device's default pool
-// (cuMemAllocAsync, how device tensors were allocated before the pool of
-// our own) and from the exportable pool AllocCUDAAsync uses now, which
-// other processes can map. The two alternate in rounds of 64 so that drift
+// tensors (AllocCUDAAsync's whole path: its checks, the driver's
+// allocation, the view, the stream-ordered free at Close) from the
+// device's default pool (cuMemAllocAsync, how device tensors were
+// allocated before the pool of our own) and from the exportable pool
+// AllocCUDAAsync uses now, which other processes can map. The two alternate in rounds of 64 so that drift
 // of the machine falls on both; each b.Loop iteration is one round of
 // each. Patterns: "pairs" frees each tensor before the next is made (the
 // loop of a temporary), "batch" makes 64 and then frees them. Metrics:
@@ -34,8 +34,7 @@ func BenchmarkDevicePool(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	exp, err := d.memPool()
-	if err != nil {
+	if _, err := d.memPool(); err != nil {
 		b.Fatal(err)
 	}
 	if !d.exportable {
@@ -61,12 +60,11 @@ func BenchmarkDevicePool(b *testing.B) {
 				if uint64(size*round) > total/2 {
 					b.Skipf("a round of %d bytes needs more than half of the device's %d", size*round, total)
 				}
-				spec := Spec{Device: dlpack.CUDADevice(0), DType: dlpack.Uint8Type, Shape: []int64{size}}
 				views := make([]*View, round)
-				run := func(pool *cuda.MemPool) time.Duration {
+				run := func(exportable bool) time.Duration {
 					t0 := time.Now()
 					for i := range views {
-						v, err := d.allocAsync(s, pool, spec, size)
+						v, err := allocCUDAAsync(s, exportable, dlpack.Uint8Type, []int64{size})
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -84,8 +82,8 @@ func BenchmarkDevicePool(b *testing.B) {
 					return time.Since(t0)
 				}
 				// Warm-up: both pools reserve what the rounds use.
-				run(nil)
-				run(exp)
+				run(false)
+				run(true)
 				if err := s.Synchronize(); err != nil {
 					b.Fatal(err)
 				}
@@ -93,11 +91,11 @@ func BenchmarkDevicePool(b *testing.B) {
 				n := 0
 				for b.Loop() {
 					if n%2 == 0 { // alternate which goes first
-						tDef += run(nil)
-						tExp += run(exp)
+						tDef += run(false)
+						tExp += run(true)
 					} else {
-						tExp += run(exp)
-						tDef += run(nil)
+						tExp += run(true)
+						tDef += run(false)
 					}
 					n++
 					// Outside the timing: the GPU runs what the rounds
