@@ -166,8 +166,9 @@ var devicePools struct {
 // of it (the pool adopts the allocation on its first export: the free of
 // the memory, once the producer's views are closed and every lease ended,
 // waits for the peers to unmap it). Its Alloc allocates from the same pool
-// and has no limit but the device's memory. The pool is shared by the
-// process: Close refuses. The error matches ErrNotIPCMemory when the
+// and has no limit but the device's memory; Usage reports the device's
+// whole pool, Live the allocations it adopted or made that are in use. The
+// pool is shared by the process: Close refuses. The error matches ErrNotIPCMemory when the
 // driver could not make the device's pool exportable.
 func DevicePool(dev int) (*Pool, error) {
 	devicePools.Lock()
