@@ -276,7 +276,7 @@ func ExportableAllocationOf(v *View) (a ExportableAllocation, ok bool) {
 }
 
 // HandOverFree hands the free of v's exportable allocation
-// (ExportableAllocationOf) to f: when the last reference goes, the frees's
+// (ExportableAllocationOf) to f: when the last reference goes, the free's
 // stream is ordered after every stream that used the memory as usual, and
 // f is called with that stream (nil when the order could not be kept: free
 // synchronously) instead of the free being queued. From then on f owns
