@@ -452,3 +452,36 @@ func TestStreamOrderedAlloc(t *testing.T) {
 	_, err = s.MemAllocAsync(0)
 	wantCode(t, err, ErrInvalidValue)
 }
+
+// TestStreamIsCapturing: IsCapturing follows the stream's capture, and an
+// allocation from a pool made for shareable handles is refused during one
+// (graph allocations support no IPC) while the default pool's works.
+func TestStreamIsCapturing(t *testing.T) {
+	f := needFake(t)
+	c := retain(t, 0)
+	s, err := c.NewStream(0, 0)
+	must(t, err)
+	defer s.Destroy()
+	pool, err := c.NewIPCMemPool(HandlePOSIXFD, 1<<20)
+	must(t, err)
+	defer pool.Destroy()
+	for _, on := range []bool{false, true, false} {
+		f.SetCapturing(s, on)
+		got, err := s.IsCapturing()
+		must(t, err)
+		if got != on {
+			t.Fatalf("IsCapturing = %v, want %v", got, on)
+		}
+		p, err := s.MemAllocFromPoolAsync(pool, 256)
+		if on {
+			wantCode(t, err, ErrNotSupported)
+		} else {
+			must(t, err)
+			must(t, s.MemFreeAsync(p))
+		}
+		q, err := s.MemAllocAsync(256)
+		must(t, err)
+		must(t, s.MemFreeAsync(q))
+	}
+	must(t, s.Synchronize())
+}

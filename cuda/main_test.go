@@ -140,6 +140,7 @@ type fakeLib struct {
 	h                                          uintptr
 	inject, clear, calls, reset, live, strict  uintptr
 	pending, refs, offsets2d, offsets3d, setCu uintptr
+	capturing                                  uintptr
 }
 
 var fakeOnce = struct {
@@ -163,7 +164,7 @@ func theFake(t testing.TB) *fakeLib {
 				"fakecuda_live_allocations": &f.live, "fakecuda_set_strict_ctx": &f.strict,
 				"fakecuda_pending": &f.pending, "fakecuda_primary_refs": &f.refs,
 				"fakecuda_offsets_memcpy2d": &f.offsets2d, "fakecuda_offsets_memcpy3d": &f.offsets3d,
-				"cuCtxSetCurrent": &f.setCu,
+				"cuCtxSetCurrent": &f.setCu, "fakecuda_set_capturing": &f.capturing,
 			} {
 				if *p, err = purego.Dlsym(h, name); err != nil {
 					fakeOnce.err = err
@@ -232,6 +233,15 @@ func (f *fakeLib) Pending(s *Stream) int {
 func (f *fakeLib) Refs(dev int) int {
 	r, _, _ := purego.SyscallN(f.refs, uintptr(dev))
 	return int(int32(r))
+}
+
+// SetCapturing marks s as being captured into a graph, or not.
+func (f *fakeLib) SetCapturing(s *Stream, on bool) {
+	v := uintptr(0)
+	if on {
+		v = 1
+	}
+	purego.SyscallN(f.capturing, s.Handle(), v)
 }
 
 // ClearCurrent unsets the current context of the calling OS thread.

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -192,6 +193,25 @@ func (s *Stream) Flags() (uint32, error) {
 		return 0, newError("cuStreamGetFlags", r, fmt.Sprintf("stream=%#x", h))
 	}
 	return f, nil
+}
+
+// IsCapturing reports whether s is being captured into a CUDA graph
+// (cuStreamIsCapturing: active, or invalidated and not yet ended). A
+// driver without the entry point has no capture: false.
+func (s *Stream) IsCapturing() (bool, error) {
+	h, ctx, direct, err := s.get("Stream.IsCapturing")
+	if err != nil {
+		return false, err
+	}
+	st, r := cuStreamIsCapturing_auto(ctx, direct, h)
+	if r != Success {
+		err := newError("cuStreamIsCapturing", r, fmt.Sprintf("stream=%#x", h))
+		if errors.Is(err, ErrMissingSymbol) {
+			return false, nil
+		}
+		return false, err
+	}
+	return st != 0, nil // CU_STREAM_CAPTURE_STATUS_NONE is 0
 }
 
 // Destroy destroys a stream made by NewStream (cuStreamDestroy_v2); work

@@ -2383,6 +2383,42 @@ func cuStreamGetFlags_auto(ctx uintptr, direct bool, stream uintptr, flags unsaf
 	return cuStreamGetFlags_ctx(ctx, stream, flags)
 }
 
+func cuStreamIsCapturing(stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuStreamIsCapturing]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint32
+	r, _, _ := purego.SyscallN(fn, uintptr(stream), uintptr(unsafe.Pointer(&o0)))
+	return uint64(o0), Result(int32(r))
+}
+
+func cuStreamIsCapturing_ctx(ctx uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuStreamIsCapturing]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint32
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(stream), uintptr(unsafe.Pointer(&o0)))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return uint64(o0), r
+}
+
+func cuStreamIsCapturing_auto(ctx uintptr, direct bool, stream uintptr) (uint64, Result) {
+	if direct {
+		if o0, r := cuStreamIsCapturing(stream); !wrongContext(ctx, r) {
+			return o0, r
+		}
+	}
+	return cuStreamIsCapturing_ctx(ctx, stream)
+}
+
 func cuEventCreate(pevent unsafe.Pointer, flags uint32) Result {
 	fn := fns[sym_cuEventCreate]
 	if fn == 0 {

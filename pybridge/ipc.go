@@ -189,7 +189,10 @@ func IPCServe(path string) (Handle, error) {
 }
 
 // ipcPoolOf returns the pool handle h names, or, for h == 0, the pool
-// that owns t's memory (BufferError if none does).
+// that owns t's memory: an IPC pool of this process, or for any other
+// tensor the engine allocated on a device (Allocate, results, copies) its
+// device's pool, which shares it in place (ipc.DevicePool). BufferError
+// for memory no pool can share (another library's).
 func ipcPoolOf(h Handle, t *Tensor) (*ipc.Pool, error) {
 	if h != 0 {
 		return ipcGet[*ipc.Pool](h, "pool")
@@ -202,10 +205,20 @@ func ipcPoolOf(h Handle, t *Tensor) (*ipc.Pool, error) {
 		}
 		return true
 	})
-	if found == nil {
-		return nil, WithCode(BufferError, fmt.Errorf("%w (no pool of this process holds it)", ipc.ErrNotIPCMemory))
+	if found != nil {
+		return found, nil
 	}
-	return found, nil
+	why := "no pool of this process holds it"
+	if d := t.View.Device(); isCUDA(d) {
+		p, err := ipc.DevicePool(int(d.ID))
+		if err == nil && p.Owns(t.View) {
+			return p, nil
+		}
+		if err != nil {
+			why += "; " + err.Error()
+		}
+	}
+	return nil, WithCode(BufferError, fmt.Errorf("%w (%s)", ipc.ErrNotIPCMemory, why))
 }
 
 // IPCOffer offers a tensor of the pool (0: the pool that holds it) on the

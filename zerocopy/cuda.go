@@ -101,11 +101,18 @@ type cudaMemory struct {
 	d     *devState
 	ptr   cuda.DevicePtr
 	async *cuda.Stream // nil: cuMemFree
+	// size and pool are set for memory of the device's exportable pool
+	// (pool.go): another process can map it (ExportableAllocation).
+	size int64
+	pool *cuda.MemPool
 
 	mu       sync.Mutex
 	used     map[uintptr]pooledEvent // per other stream that used the memory: an event after its last use
 	defaults [3]bool                 // the legacy (1) and per-thread (2) default streams used it
 	lost     bool                    // a use could not be marked: free synchronously
+	// freeBy, when set (HandOverFree), frees the memory in place of
+	// Release's own free: other processes may still map it then.
+	freeBy func(*cuda.Stream)
 }
 
 // noteUse marks the work queued so far on stream h (another library's
@@ -196,35 +203,125 @@ func FreeOnWorkStream(v *View) error {
 // handler set by SetCUDAErrorHandler.
 func (m *cudaMemory) Release() {
 	m.mu.Lock()
-	used, defaults, lost := m.used, m.defaults, m.lost
+	async, used, defaults, lost, freeBy := m.async, m.used, m.defaults, m.lost, m.freeBy
 	m.used = nil
 	m.mu.Unlock()
-	if m.async != nil && m.async.Handle() != 0 && !lost {
-		var err error
-		dev := dlpack.CUDADevice(m.d.ctx.Device().Ordinal())
-		for h, usedIt := range defaults {
-			if usedIt && err == nil {
-				err = waitStream(m.async, uintptr(h), m.d.ctx.Device().Ordinal(), dev)
-			}
-		}
-		for _, u := range used {
-			// A queued wait keeps the record it saw: the event can go
-			// back to the pool at once.
-			if err == nil {
-				err = m.async.WaitEvent(u.e)
-			}
-			u.d.putEvent(u.e)
-		}
-		if err == nil {
-			if err = m.async.MemFreeAsync(m.ptr); err == nil {
-				return
-			}
-		}
-		// Ordering failed: a synchronous free waits for the device.
+	var s *cuda.Stream
+	if async != nil {
+		s = m.order(async, used, defaults, lost)
 	}
+	if freeBy != nil {
+		// Ordered as ever; freeBy queues the free once other processes
+		// unmapped the memory.
+		freeBy(s)
+		return
+	}
+	if s != nil && s.MemFreeAsync(m.ptr) == nil {
+		return
+	}
+	// Ordering failed: a synchronous free waits for the device.
 	if err := m.d.ctx.MemFree(m.ptr); err != nil {
 		reportCUDAError(fmt.Errorf("zerocopy: freeing %v on %v: %w", m.ptr, m.d.ctx.Device(), err))
 	}
+}
+
+// order makes async, the stream the free goes on, wait for every other
+// stream that used the memory, and returns it; nil when that order could
+// not be kept (the free must then wait for the device).
+func (m *cudaMemory) order(async *cuda.Stream, used map[uintptr]pooledEvent, defaults [3]bool, lost bool) *cuda.Stream {
+	var err error
+	if async.Handle() == 0 || lost {
+		err = errors.New("lost")
+	}
+	dev := dlpack.CUDADevice(m.d.ctx.Device().Ordinal())
+	for h, usedIt := range defaults {
+		if usedIt && err == nil {
+			err = waitStream(async, uintptr(h), m.d.ctx.Device().Ordinal(), dev)
+		}
+	}
+	for _, u := range used {
+		// A queued wait keeps the record it saw: the event can go back to
+		// the pool at once.
+		if err == nil {
+			err = async.WaitEvent(u.e)
+		}
+		u.d.putEvent(u.e)
+	}
+	if err != nil {
+		return nil
+	}
+	return async
+}
+
+// ExportableAllocation describes memory another process can map: a
+// stream-ordered allocation of a device's exportable pool (AllocCUDAAsync
+// on a driver that supports shareable pools).
+type ExportableAllocation struct {
+	Ptr    cuda.DevicePtr // where the allocation starts
+	Size   int64          // its bytes
+	Device int            // its CUDA device ordinal
+	Pool   *cuda.MemPool  // the pool it came from (DeviceMemPool)
+}
+
+// ExportableAllocationOf reports the allocation that holds v's memory when
+// AllocCUDAAsync made it from its device's exportable pool, and ok false
+// for any other memory (another library's, an empty tensor, cuMemAlloc's,
+// the default pool's).
+func ExportableAllocationOf(v *View) (a ExportableAllocation, ok bool) {
+	m, isOurs := v.owner.rel.(*cudaMemory)
+	if !isOurs || m.pool == nil {
+		return a, false
+	}
+	return ExportableAllocation{Ptr: m.ptr, Size: m.size, Device: m.d.ctx.Device().Ordinal(), Pool: m.pool}, true
+}
+
+// HandOverFree hands the free of v's exportable allocation
+// (ExportableAllocationOf) to f: when the last reference goes, the free's
+// stream is ordered after every stream that used the memory as usual, and
+// f is called with that stream (nil when the order could not be kept: free
+// synchronously) instead of the free being queued. From then on f owns
+// the memory and frees it (cuMemFreeAsync on that stream) when other
+// processes no longer map it. The allocation is moved to its device's work
+// stream first (FreeOnWorkStream), which lives as long as the process: f
+// may free long after the allocation's own stream was destroyed. An
+// allocation is handed over once.
+func HandOverFree(v *View, f func(*cuda.Stream)) error {
+	m, ok := v.owner.rel.(*cudaMemory)
+	if !ok || m.pool == nil {
+		return fmt.Errorf("zerocopy: HandOverFree: %v is not an allocation of an exportable pool", v)
+	}
+	if f == nil {
+		return fmt.Errorf("zerocopy: HandOverFree: nil function")
+	}
+	if err := v.owner.Retain(); err != nil { // released meanwhile: nothing to hand over
+		return fmt.Errorf("zerocopy: HandOverFree: %w", err)
+	}
+	defer v.owner.Release()
+	if err := FreeOnWorkStream(v); err != nil {
+		reportCUDAError(err) // the free waits for the device instead
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.freeBy != nil {
+		return fmt.Errorf("zerocopy: HandOverFree: the free of %v was handed over already", m.ptr)
+	}
+	m.freeBy = f
+	return nil
+}
+
+// DeviceMemPool returns the stream-ordered pool AllocCUDAAsync allocates
+// from on CUDA device dev, and whether it is exportable (created for POSIX
+// file-descriptor handles; see ExportableAllocationOf).
+func DeviceMemPool(dev int) (pool *cuda.MemPool, exportable bool, err error) {
+	d, err := device(dev)
+	if err != nil {
+		return nil, false, fmt.Errorf("zerocopy: DeviceMemPool(%d): %w", dev, err)
+	}
+	p, err := d.memPool()
+	if err != nil {
+		return nil, false, fmt.Errorf("zerocopy: DeviceMemPool(%d): %w", dev, err)
+	}
+	return p, d.exportable, nil
 }
 
 var cudaErrorHandler struct {
@@ -302,15 +399,24 @@ func (v *View) AllocatedCUDA() bool {
 	return ok
 }
 
-// AllocCUDAAsync allocates device memory in stream order on s
-// (cuMemAllocAsync) from the default memory pool of s's device, which keeps
-// up to a quarter of the device's memory reserved after frees so that the
-// next allocations cost microseconds (DevicePoolUsage): the memory may be used by work on s at
+// AllocCUDAAsync allocates device memory in stream order on s from the
+// stream-ordered pool of s's device (DeviceMemPool: exportable, so that
+// other processes can map the memory in place, where the driver allows),
+// which keeps up to a quarter of the device's memory reserved after frees
+// so that the next allocations cost microseconds (DevicePoolUsage): the
+// memory may be used by work on s at
 // once and by other streams once they wait for s, which CopyCUDA does by
 // itself (the view's Stream is s). When the last view is closed the memory
 // is freed in stream order on s (cuMemFreeAsync), after the work of every
 // other stream a CopyCUDA used it on.
 func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, error) {
+	return allocCUDAAsync(s, true, dt, shape)
+}
+
+// allocCUDAAsync is AllocCUDAAsync; with exportable false it allocates
+// from the default pool as AllocCUDAAsync did before the pool of our own
+// (BenchmarkDevicePool compares the two).
+func allocCUDAAsync(s *cuda.Stream, exportable bool, dt dlpack.DataType, shape []int64) (*View, error) {
 	nb, err := allocBytes("AllocCUDAAsync", dt, shape)
 	if err != nil {
 		return nil, err
@@ -328,16 +434,55 @@ func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, 
 	if nb == 0 {
 		return Wrap(spec, NewOwner(nil, "cuda async alloc (empty)"))
 	}
-	// Set the pool's release threshold once; without it the driver hands
-	// freed memory back at every synchronization.
-	if _, err := d.memPool(); err != nil && !errors.Is(err, cuda.ErrMissingSymbol) {
+	// The pool is made (and its release threshold set: without it the
+	// driver hands freed memory back at every synchronization) once.
+	pool, err := d.memPool()
+	if err != nil && !errors.Is(err, cuda.ErrMissingSymbol) {
 		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync: %w", err)
 	}
-	p, err := s.MemAllocAsync(nb)
-	if err != nil {
-		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync(%s%s on %v): %w", dt, FormatShape(shape), s, err)
+	if err != nil || !exportable || !d.exportable || capturing(d, s) {
+		pool = nil // cuMemAllocAsync: the default pool
 	}
-	m := &cudaMemory{d: d, ptr: p, async: s}
+	return d.allocAsync(s, pool, spec, nb)
+}
+
+// capturing reports whether s, a stream of d, is being captured into a
+// CUDA graph. An allocation in a capture becomes the graph's allocation
+// node, which the driver refuses for pools made for shareable handles
+// (CUDA_MEM_ALLOC_NODE_PARAMS: "IPC is not supported"): such an allocation
+// comes from the default pool, as it always did, and is not shareable. The
+// device's work stream is never captured (it is ours, and no caller's
+// capture reaches it), so the common allocation costs no query; another
+// stream (a caller's: the results of a call) costs one driver call. A
+// failed query counts as no capture.
+func capturing(d *devState, s *cuda.Stream) bool {
+	d.mu.Lock()
+	ws := d.stream
+	d.mu.Unlock()
+	if ws != nil && ws.Handle() == s.Handle() {
+		return false
+	}
+	c, err := s.IsCapturing()
+	return err == nil && c
+}
+
+// allocAsync allocates nb bytes for spec in stream order on s from pool, an
+// exportable pool, or with pool nil from the device's current pool
+// (cuMemAllocAsync; the default pool unless another library changed it).
+func (d *devState) allocAsync(s *cuda.Stream, pool *cuda.MemPool, spec Spec, nb int64) (*View, error) {
+	m := &cudaMemory{d: d, async: s}
+	var p cuda.DevicePtr
+	var err error
+	if pool != nil {
+		p, err = s.MemAllocFromPoolAsync(pool, nb)
+		m.pool, m.size = pool, nb
+	} else {
+		p, err = s.MemAllocAsync(nb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync(%s%s on %v): %w", spec.DType, FormatShape(spec.Shape), s, err)
+	}
+	m.ptr = p
 	m.owner.Init(m, "cuda async alloc")
 	spec.Ptr, spec.Stream = uintptr(p), s.Handle()
 	return Wrap(spec, &m.owner)

@@ -54,7 +54,10 @@
 // With a CUDA driver (package cuda loads it at run time; without one these
 // calls fail with an error matching cuda.ErrNoDriver), AllocCUDA and
 // AllocCUDAAsync make views over fresh device memory, freed when the last
-// view is closed. CopyCUDA, or a Copier for control, copies between any two
+// view is closed. AllocCUDAAsync allocates from a stream-ordered pool of
+// its own per device, created exportable (DeviceMemPool), so that package
+// zerocopy/ipc can share any such tensor with another process in place
+// (ExportableAllocationOf, HandOverFree). CopyCUDA, or a Copier for control, copies between any two
 // of pageable host, pinned host, device and managed memory, any strides on
 // either side. Pageable host memory takes one of three transfer paths:
 // PathDirect hands it to the driver as it is, PathStaged goes through the

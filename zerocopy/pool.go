@@ -12,9 +12,9 @@ import (
 )
 
 // This file: the two caches that make new tensors cheap. Device memory
-// comes from each device's stream-ordered pool (cuMemAllocAsync on the
-// default pool, AllocCUDAAsync), which keeps freed memory up to a release
-// threshold; page-locked host memory for tensors that receive device data
+// comes from each device's stream-ordered pool (AllocCUDAAsync), which
+// keeps freed memory up to a release threshold; page-locked host memory
+// for tensors that receive device data
 // comes from a capped caching pool (AllocPinnedPooled), because
 // cuMemHostAlloc costs milliseconds per allocation while a copy into
 // pinned memory runs at the full bus rate.
@@ -24,6 +24,12 @@ type poolState struct {
 	poolOnce sync.Once
 	pool     *cuda.MemPool
 	poolErr  error
+	// exportable: pool was created for POSIX file-descriptor handles, so
+	// that its allocations can be shared with other processes in place
+	// (package zerocopy/ipc adopts them: ExportableAllocation). Otherwise
+	// pool is the device's default pool (a driver without shareable
+	// pools) and allocations stay private.
+	exportable bool
 }
 
 // poolKeepFraction: a device pool keeps up to 1/poolKeepFraction of the
@@ -33,22 +39,49 @@ type poolState struct {
 // stays free for other libraries' allocators.
 const poolKeepFraction = 4
 
-// memPool returns d's default memory pool, setting its release threshold
-// the first time.
+// memPool returns d's stream-ordered pool, creating it and setting its
+// release threshold the first time.
+//
+// The pool is one of our own, created for POSIX file-descriptor handles,
+// not the device's default pool: memory of the default pool has no handle
+// another process can open, so a tensor pickled to a worker would have to
+// be copied, where torch.multiprocessing shares any CUDA tensor in place.
+// A pool of our own also leaves the device's current pool (what
+// cuMemAllocAsync and CuPy's async allocator use) as other libraries set
+// it. Allocation and free cost the same driver calls either way
+// (BenchmarkDevicePool compares the two in one run). A driver that cannot
+// create such a pool (no cuMemPoolCreate, no POSIX handles) leaves the
+// default pool in place, private.
 func (d *devState) memPool() (*cuda.MemPool, error) {
 	d.poolOnce.Do(func() {
-		p, err := d.ctx.Device().DefaultMemPool()
-		if err != nil {
-			d.poolErr = err
-			return
+		p, exportable := d.newExportablePool(), true
+		if p == nil {
+			exportable = false
+			var err error
+			if p, err = d.ctx.Device().DefaultMemPool(); err != nil {
+				d.poolErr = err
+				return
+			}
 		}
 		total, err := d.ctx.Device().TotalMem()
 		if err == nil {
 			err = p.SetReleaseThreshold(total / poolKeepFraction)
 		}
-		d.pool, d.poolErr = p, err
+		d.pool, d.poolErr, d.exportable = p, err, exportable
 	})
 	return d.pool, d.poolErr
+}
+
+// newExportablePool creates d's shareable pool, or returns nil when the
+// driver cannot.
+func (d *devState) newExportablePool() *cuda.MemPool {
+	// maxSize 0: the driver's default, the device's memory, as the default
+	// pool has.
+	p, err := d.ctx.NewIPCMemPool(cuda.HandlePOSIXFD, 0)
+	if err != nil {
+		return nil
+	}
+	return p
 }
 
 // DevicePoolUsage reports the bytes CUDA device dev's stream-ordered pool

@@ -349,7 +349,7 @@ func TestCopyCUDAPeer(t *testing.T) {
 }
 
 // TestPeerCopyEnablesPeerAccess: the first copy between two devices turns
-// on peer access both ways, for the contexts and for both default pools
+// on peer access both ways, for the contexts and for both devices' pools
 // (whose memory does not follow the contexts), once per pair.
 func TestPeerCopyEnablesPeerAccess(t *testing.T) {
 	needFake(t)
@@ -360,7 +360,11 @@ func TestPeerCopyEnablesPeerAccess(t *testing.T) {
 	dst, err := zerocopy.AllocCUDA(1, dlpack.Uint8Type, 4096)
 	dst = mustView(t, dst, err)
 	access := func(dev, peer int) int {
-		return int(int32(fakeCall(t, "fakecuda_pool_access", uintptr(dev), uintptr(peer))))
+		pool, _, err := zerocopy.DeviceMemPool(dev) // the pool AllocCUDAAsync allocates from
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(int32(fakeCall(t, "fakecuda_pool_access", pool.Handle(), uintptr(peer))))
 	}
 	for i := range 2 {
 		sets, enables := fakeCalls(t, "cuMemPoolSetAccess"), fakeCalls(t, "cuCtxEnablePeerAccess")

@@ -234,6 +234,7 @@ typedef struct fstream {
     int npending;
     int err;
     int busy; /* an operation of it runs with the lock dropped (a wait on another process) */
+    int capturing; /* fakecuda_set_capturing: cuStreamIsCapturing answers "active" */
 } fstream;
 
 typedef struct fevent {
@@ -1321,10 +1322,15 @@ EXPORT long fakecuda_stale_stream_uses(void) {
     return n;
 }
 
-/* fakecuda_pool_access: the access flags device peer has to dev's pool. */
-EXPORT int fakecuda_pool_access(int dev, int peer) {
-    if (dev < 0 || dev >= ndev || peer < 0 || peer >= ndev) return -1;
-    return dev == peer ? 3 : pools[dev].access[peer];
+/* fakecuda_pool_access: the access flags device peer has to pool h (a
+ * default pool or one made by cuMemPoolCreate); -1 for an unknown pool. */
+EXPORT int fakecuda_pool_access(void *h, int peer) {
+    pthread_mutex_lock(&mu);
+    fpool *p = pool_of(h);
+    int r = -1;
+    if (p && peer >= 0 && peer < ndev) r = p->dev == peer ? 3 : p->access[peer];
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 
 EXPORT CUresult cuMemPoolTrimTo(void *h, size_t keep) {
@@ -1722,6 +1728,34 @@ EXPORT CUresult cuStreamGetFlags(void *h, unsigned int *flags) {
     int r = resolve(h, &s, &c);
     if (r) RETURN(r);
     *flags = s ? s->flags : 0;
+    RETURN(0);
+}
+
+/* Graph capture is not run here; a stream can be marked as capturing
+ * (fakecuda_set_capturing) so that callers that ask (cuStreamIsCapturing)
+ * take their capture paths, and an allocation from a pool made for
+ * shareable handles is refused on it, as the driver's graph allocation
+ * nodes support no IPC. */
+EXPORT CUresult cuStreamIsCapturing(void *h, int *status) {
+    ENTER("cuStreamIsCapturing");
+    NEED_CTX_STRICT();
+    if (!status) RETURN(CUDA_ERROR_INVALID_VALUE);
+    fstream *s; fctx *c;
+    int r = resolve(h, &s, &c);
+    if (r) RETURN(r);
+    *status = s && s->capturing ? 1 : 0; /* CU_STREAM_CAPTURE_STATUS_ACTIVE : NONE */
+    RETURN(0);
+}
+
+/* fakecuda_set_capturing marks stream h as capturing (on != 0) or not. */
+EXPORT CUresult fakecuda_set_capturing(void *h, int on) {
+    ENTER("fakecuda_set_capturing");
+    NEED_INIT();
+    fstream *s; fctx *c;
+    int r = resolve(h, &s, &c);
+    if (r) RETURN(r);
+    if (!s) RETURN(CUDA_ERROR_INVALID_VALUE);
+    s->capturing = on != 0;
     RETURN(0);
 }
 
@@ -2482,6 +2516,7 @@ EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t n, void *h, voi
     fipcpool *p = reg_find(h, H_POOL);
     if (!p || p->imported) RETURN(CUDA_ERROR_INVALID_VALUE);
     if (p->acct.dev != c->dev) RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (s && s->capturing && p->handles) RETURN(CUDA_ERROR_NOT_SUPPORTED); /* graph allocations: no IPC */
     /* A block whose free is queued on this stream and not yet run serves
      * an allocation of the same rounded size at once, as the driver reuses
      * memory freed earlier in the same stream: the new owner's work runs

@@ -34,6 +34,14 @@
 // consumer whose producer died keeps its views valid (its mappings hold the memory) until
 // it closes them.
 //
+// The engine's own device memory needs no IPC pool: zerocopy.AllocCUDAAsync
+// allocates from an exportable pool per device, and DevicePool(dev) is the
+// Pool over it. Send and Offer take any view of such memory as it is (as
+// torch.multiprocessing shares any CUDA tensor): the pool adopts the
+// allocation, each lease holds a reference on it, and its free, once the
+// producer's views are closed and the leases ended, waits for the peers to
+// unmap it.
+//
 // Everything works in a CGO_ENABLED=0 build: the driver is reached through
 // purego, the socket through package net and syscall.
 //

@@ -1037,6 +1037,42 @@ func child(role, sock string) error {
 		}
 		fmt.Println("ok", n)
 		return c.Close()
+	case "writeback":
+		// Receive n tensors; read each (uint32) and write 1000+i into it
+		// in place, then close it; report what was read and the mappings
+		// made, and stay until stdin closes.
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for i := 0; i < n; i++ {
+			v, err := c.Recv()
+			if err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+			x, err := read(v)
+			if err != nil {
+				return err
+			}
+			got = append(got, strconv.Itoa(int(x[0])))
+			ctx, err := cuda.Retain(int(v.Device().ID))
+			if err != nil {
+				return err
+			}
+			s := ctx.WrapStream(v.Stream())
+			if err := s.MemsetD32Async(cuda.DevicePtr(v.Ptr()), 1000+uint32(i), v.Len()); err == nil {
+				err = s.Synchronize()
+			}
+			ctx.Release()
+			if err != nil {
+				return err
+			}
+			v.Close()
+		}
+		fmt.Println("wrote", strings.Join(got, " "), "imports", c.Imports())
+		io.Copy(io.Discard, os.Stdin)
+		return c.Close()
 	case "release":
 		// Receive one tensor, close it (its lease goes back with a done
 		// event, which FAKECUDA_IPC_DELAY_MS makes complete late), and

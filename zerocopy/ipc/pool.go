@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ type Pool struct {
 	limit    int64               // bytes the pool may hand out
 	inUse    int64               // bytes of allocations not freed (cached ones too)
 	closed   bool
+	shared   bool // DevicePool's: never closed
 
 	timeout atomic.Int64 // nanoseconds Trim and Alloc wait for peers' answers to retires
 }
@@ -95,6 +97,13 @@ type block struct {
 	exported chan struct{}
 	data     cuda.PoolExportData
 	expErr   error
+	// owner is set for an allocation the pool adopted (adopt): memory
+	// AllocCUDAAsync made from the device's exportable pool. Its producer
+	// views count in owner, and each lease holds a reference there; when
+	// the last goes, zerocopy hands the free over (idle), and the block is
+	// freed once its peers unmapped it. Such a block is never cached: the
+	// memory is the producer's to free.
+	owner *zerocopy.Owner
 }
 
 // use is one use of a block: from the Alloc that returned it to the last
@@ -129,18 +138,76 @@ func NewPool(dev int, limit int64) (*Pool, error) {
 		ctx.Release()
 		return nil, fmt.Errorf("ipc: NewPool(device %d, %d bytes): %w", dev, limit, err)
 	}
-	uuid, err := ctx.Device().UUID()
-	if err == nil {
-		// IPC pools do not trim at synchronization points unless told: keep
-		// what they reserved, as the default pool's threshold does.
-		err = mp.SetReleaseThreshold(uint64(limit))
+	// IPC pools do not trim at synchronization points unless told: keep
+	// what they reserved, as the default pool's threshold does.
+	if err := mp.SetReleaseThreshold(uint64(limit)); err != nil {
+		mp.Destroy()
+		ctx.Release()
+		return nil, fmt.Errorf("ipc: NewPool(device %d): %w", dev, err)
 	}
+	p, err := newPool(dev, ctx, mp, limit)
+	if err != nil {
+		mp.Destroy()
+		return nil, err
+	}
+	return p, nil
+}
+
+// devicePools are the pools of DevicePool, one per device, made once.
+var devicePools struct {
+	sync.Mutex
+	m map[int]*Pool
+}
+
+// DevicePool returns the Pool over CUDA device dev's own stream-ordered
+// pool: the one zerocopy.AllocCUDAAsync allocates every device tensor of
+// the engine from (zerocopy.DeviceMemPool), created exportable. Such
+// memory needs no copy to be shared: Send, Offer and Owns take any view
+// of it (the pool adopts the allocation on its first export: the free of
+// the memory, once the producer's views are closed and every lease ended,
+// waits for the peers to unmap it). Its Alloc allocates from the same pool
+// and has no limit but the device's memory; Usage reports the device's
+// whole pool, Live the allocations it adopted or made that are in use. The
+// pool is shared by the process: Close refuses. The error matches ErrNotIPCMemory when the
+// driver could not make the device's pool exportable.
+func DevicePool(dev int) (*Pool, error) {
+	devicePools.Lock()
+	defer devicePools.Unlock()
+	if p := devicePools.m[dev]; p != nil {
+		return p, nil
+	}
+	mp, exportable, err := zerocopy.DeviceMemPool(dev)
+	if err != nil {
+		return nil, fmt.Errorf("ipc: DevicePool(%d): %w", dev, err)
+	}
+	if !exportable {
+		return nil, fmt.Errorf("ipc: DevicePool(%d): %w: the driver gave the device no exportable pool", dev, ErrNotIPCMemory)
+	}
+	ctx, err := cuda.Retain(dev)
+	if err != nil {
+		return nil, fmt.Errorf("ipc: DevicePool(%d): %w", dev, err)
+	}
+	p, err := newPool(dev, ctx, mp, math.MaxInt64/2)
+	if err != nil {
+		return nil, err
+	}
+	p.shared = true
+	if devicePools.m == nil {
+		devicePools.m = map[int]*Pool{}
+	}
+	devicePools.m[dev] = p
+	return p, nil
+}
+
+// newPool makes the Pool over mp, an exportable pool of device dev; it
+// takes over ctx (a retained context), released on failure.
+func newPool(dev int, ctx *cuda.Context, mp *cuda.MemPool, limit int64) (*Pool, error) {
+	uuid, err := ctx.Device().UUID()
 	var s *cuda.Stream
 	if err == nil {
 		s, err = ctx.NewStream(cuda.StreamNonBlocking, 0)
 	}
 	if err != nil {
-		mp.Destroy()
 		ctx.Release()
 		return nil, fmt.Errorf("ipc: NewPool(device %d): %w", dev, err)
 	}
@@ -150,7 +217,6 @@ func NewPool(dev int, limit int64) (*Pool, error) {
 	fd, err := mp.ExportFD()
 	if err != nil {
 		s.Destroy()
-		mp.Destroy()
 		ctx.Release()
 		return nil, fmt.Errorf("ipc: NewPool(device %d): %w", dev, err)
 	}
@@ -158,6 +224,9 @@ func NewPool(dev int, limit int64) (*Pool, error) {
 	p.freed = sync.NewCond(&p.mu)
 	p.timeout.Store(int64(retireWait))
 	if _, err := rand.Read(p.id[:]); err != nil {
+		closeFD(fd)
+		s.Destroy()
+		ctx.Release()
 		return nil, fmt.Errorf("ipc: NewPool: %w", err)
 	}
 	return p, nil
@@ -614,7 +683,11 @@ func (p *Pool) free(b *block) {
 	s, ev := b.stream, b.idleEv
 	b.idleEv = nil
 	p.mu.Unlock()
-	if err := s.MemFreeAsync(b.ptr); err != nil {
+	err := errors.New("no stream to free on in order") // an adopted block whose order was lost
+	if s != nil {
+		err = s.MemFreeAsync(b.ptr)
+	}
+	if err != nil {
 		if err2 := p.ctx.MemFree(b.ptr); err2 != nil {
 			reportError(fmt.Errorf("ipc: freeing %v of the IPC pool: %v; %w", b.ptr, err, err2))
 		}
@@ -632,6 +705,11 @@ func (p *Pool) free(b *block) {
 func (p *Pool) find(lo, hi uintptr) *block {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.findLocked(lo, hi)
+}
+
+// findLocked is find with p.mu held.
+func (p *Pool) findLocked(lo, hi uintptr) *block {
 	i := sort.Search(len(p.blocks), func(i int) bool { return uintptr(p.blocks[i].ptr) > lo }) - 1
 	if i < 0 {
 		return nil
@@ -650,12 +728,84 @@ func (p *Pool) Owns(v *zerocopy.View) bool {
 	if d.Type != dlpack.CUDA || int(d.ID) != p.dev {
 		return false
 	}
+	if p.findView(v) != nil {
+		return true
+	}
+	_, ok := p.adoptable(v)
+	return ok
+}
+
+// findView returns the block holding v's elements, or nil.
+func (p *Pool) findView(v *zerocopy.View) *block {
 	lo, hi := v.ByteSpan()
 	base := v.Ptr()
 	if lo == hi {
-		return p.find(base, base) != nil
+		return p.find(base, base)
 	}
-	return p.find(base+uintptr(lo), base+uintptr(hi)) != nil
+	return p.find(base+uintptr(lo), base+uintptr(hi))
+}
+
+// adoptable reports whether v's memory is an allocation of the device's
+// exportable pool that p, a DevicePool, can adopt, and which.
+func (p *Pool) adoptable(v *zerocopy.View) (zerocopy.ExportableAllocation, bool) {
+	a, ok := zerocopy.ExportableAllocationOf(v)
+	if !p.shared || !ok || a.Pool != p.mp || a.Device != p.dev {
+		return a, false
+	}
+	lo, hi := v.ByteSpan()
+	start, end := v.Ptr()+uintptr(lo), v.Ptr()+uintptr(hi)
+	if start < uintptr(a.Ptr) || end > uintptr(a.Ptr)+uintptr(a.Size) {
+		return a, false
+	}
+	return a, true
+}
+
+// adopt makes v's allocation, memory the device's exportable pool gave
+// zerocopy.AllocCUDAAsync, a block of p (a DevicePool), or returns the
+// block that holds it already. The block's use has no references of its
+// own: its leases hold references on the allocation's owner, which the
+// producer's views count too; when the last goes, zerocopy hands the free
+// over to the block (idle), which frees it once no peer maps it.
+func (p *Pool) adopt(v *zerocopy.View) (*block, error) {
+	a, ok := p.adoptable(v)
+	if !ok {
+		lo, hi := v.ByteSpan()
+		return nil, fmt.Errorf("%w: view at %#x (%d bytes) of device %d", ErrNotIPCMemory, v.Ptr(), hi-lo, p.dev)
+	}
+	data, err := cuda.ExportPointer(a.Ptr)
+	if err != nil {
+		return nil, fmt.Errorf("ipc: export: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("ipc: export: %w", ErrClosed)
+	}
+	if b := p.findLocked(uintptr(a.Ptr), uintptr(a.Ptr)+uintptr(a.Size)); b != nil && b.ptr == a.Ptr {
+		return b, nil // adopted meanwhile by another export
+	}
+	b := &block{
+		pool: p, ptr: a.Ptr, size: a.Size, exported: make(chan struct{}), data: data,
+		mappers: map[*Conn]struct{}{}, unmapping: map[*Conn]struct{}{},
+		owner:   v.Owner(),
+		retired: true, // not cached once idle: freed when its peers unmapped it
+	}
+	close(b.exported)
+	b.cur = &use{b: b}
+	// Under p.mu: the free handed over finds the block in p.blocks (it
+	// cannot run before this returns: the caller holds a view).
+	err = zerocopy.HandOverFree(v, func(s *cuda.Stream) {
+		p.mu.Lock()
+		b.stream = s
+		p.mu.Unlock()
+		p.idle(b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ipc: export: %w", err)
+	}
+	p.inUse += b.size
+	p.insertLocked(b)
+	return b, nil
 }
 
 // exportFD returns the pool's exported descriptor (made with the pool;
@@ -718,16 +868,13 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 	if dev.Type != dlpack.CUDA || int(dev.ID) != p.dev {
 		return nil, nil, fmt.Errorf("%w: view on %v, pool on cuda:%d", ErrNotIPCMemory, dev, p.dev)
 	}
-	lo, hi := v.ByteSpan()
 	base := v.Ptr()
-	var b *block
-	if lo == hi {
-		b = p.find(base, base)
-	} else {
-		b = p.find(base+uintptr(lo), base+uintptr(hi))
-	}
+	b := p.findView(v)
 	if b == nil {
-		return nil, nil, fmt.Errorf("%w: view at %#x (%d bytes) of device %d", ErrNotIPCMemory, base, hi-lo, p.dev)
+		var err error
+		if b, err = p.adopt(v); err != nil {
+			return nil, nil, err
+		}
 	}
 	p.mu.Lock()
 	u := b.cur
@@ -735,7 +882,11 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 	if u == nil {
 		return nil, nil, fmt.Errorf("ipc: export of a closed view")
 	}
-	if err := u.owner.Retain(); err != nil {
+	ref := &u.owner // the lease's reference: on the use, or the adopted allocation's owner
+	if b.owner != nil {
+		ref = b.owner
+	}
+	if err := ref.Retain(); err != nil {
 		return nil, nil, fmt.Errorf("ipc: export: %w", err)
 	}
 	var ev ipcEvent
@@ -743,7 +894,7 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 		if ev.e != nil {
 			p.putReady(ev)
 		}
-		u.owner.Release()
+		ref.Release()
 		return nil, nil, err
 	}
 	<-b.exported
@@ -755,8 +906,10 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 		p.mu.Lock()
 		s = b.stream
 		p.mu.Unlock()
-		if h := v.Stream(); h != 0 && h != s.Handle() {
+		if h := v.Stream(); h != 0 && (s == nil || h != s.Handle()) {
 			s = p.ctx.WrapStream(h)
+		} else if s == nil {
+			s = p.stream // an adopted allocation with no pending stream: nothing queued to wait for
 		}
 	}
 	ev, err := p.readyEvent()
@@ -771,13 +924,15 @@ func (p *Pool) export(v *zerocopy.View, s *cuda.Stream) (*Descriptor, *lease, er
 		Offset: int64(base - uintptr(b.ptr)), DType: v.DType(), Shape: v.Shape(), Strides: v.Strides(),
 		ReadOnly: v.ReadOnly(), Ready: ev.h,
 	}
-	return d, &lease{u: u, ready: ev}, nil
+	return d, &lease{u: u, ref: ref, ready: ev}, nil
 }
 
 // lease is what a peer holds for one tensor sent to it: a reference on
-// the allocation's use and the ready event recorded for it.
+// the allocation (its use's owner, or an adopted allocation's own) and the
+// ready event recorded for it.
 type lease struct {
 	u     *use
+	ref   *zerocopy.Owner
 	ready ipcEvent
 }
 
@@ -785,7 +940,7 @@ type lease struct {
 // the peer's done event, if any).
 func (l *lease) end() {
 	l.u.b.pool.putReady(l.ready)
-	l.u.owner.Release()
+	l.ref.Release()
 }
 
 // CopyIn returns a copy of v (any device or host memory the engine can
@@ -820,6 +975,9 @@ func (p *Pool) CopyIn(v *zerocopy.View, s *cuda.Stream) (*zerocopy.View, error) 
 // pickling tests followed by any CUDA test, on the GPU machine). A pool is
 // a handful of bytes of the driver's; its memory is what Close returns.
 func (p *Pool) Close() error {
+	if p.shared {
+		return fmt.Errorf("ipc: Pool.Close: the pool of device %d (DevicePool) is shared by the process and stays open", p.dev)
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -94,7 +94,7 @@ func (s *Server) Offer(pool *Pool, v *zerocopy.View, ttl time.Duration, uses int
 	if ttl <= 0 {
 		return 0, fmt.Errorf("ipc: Offer: ttl %v: must be > 0", ttl)
 	}
-	if b := pool.find(v.Ptr(), v.Ptr()); b == nil {
+	if !pool.Owns(v) {
 		return 0, fmt.Errorf("ipc: Offer: %w", ErrNotIPCMemory)
 	}
 	r, err := v.Retain()

@@ -20,9 +20,10 @@ then. A consumer that dies gives its leases back::
     conn.send(t)                              del x; t.close()
 
 Under multiprocessing's 'spawn' and 'forkserver' start methods a CUDA
-Tensor pickles by handle (as torch.multiprocessing does): memory of an IPC
-pool is shared as it is, other CUDA memory is first copied (on the device)
-into this process's sharing pool. ``set_sharing_strategy("value")`` makes
+Tensor pickles by handle (as torch.multiprocessing does): memory dlbridge
+allocated (an IPC pool's, or any other dlbridge CUDA tensor's) is shared
+in place, other CUDA memory (another library's) is first copied (on the
+device) into this process's sharing pool. ``set_sharing_strategy("value")`` makes
 them pickle by value again, as plain ``pickle`` always does. The Go API
 behind this is package zerocopy/ipc; docs/ipc.md has the design.
 """
@@ -195,7 +196,8 @@ class Connection(_Object):
 
     def send(self, tensor, pool=None, stream=None):
         """Send ``tensor`` (memory of ``pool``; None: the pool of this process
-        that holds it) to the peer, to be used after
+        that holds it, which for any tensor dlbridge allocated on a device
+        is that device's own) to the peer, to be used after
         the work queued on ``stream`` (a handle, ``__cuda_stream__`` object
         or torch/CuPy stream; None: the tensor's pending write). BufferError
         for memory that is not the pool's (see Pool.copy_in)."""
@@ -470,7 +472,7 @@ def _reduce_for_process(t):
     try:
         server, pool = _sharing(int(dev.split(":")[1]))
         try:
-            token = server.offer(t, None, _OFFER_TTL, 1)  # memory of an IPC pool: as it is
+            token = server.offer(t, None, _OFFER_TTL, 1)  # memory dlbridge allocated: in place
         except BufferError:  # other memory: one copy on the device, into the sharing pool
             with pool.copy_in(t) as c:
                 token = server.offer(c, pool, _OFFER_TTL, 1)

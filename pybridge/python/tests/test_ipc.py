@@ -579,13 +579,53 @@ def test_pickle_by_handle_shares_memory(method):
     assert numpy.from_dlpack(t.to("cpu")).tolist() == [7.0] * 5
 
 
+def _child_write_window(t, window, q):
+    import numpy
+
+    q.put(numpy.from_dlpack(t.to("cpu")).tolist())
+    window.fill_(7)
+    dlbridge.synchronize(0)
+    window.close()
+    t.close()
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_pickle_plain_cuda_tensor_shares_in_place(method):
+    """Any CUDA tensor dlbridge allocated (dlbridge.zeros here, no IPC pool)
+    reaches the worker by handle, in place, as torch.multiprocessing shares
+    CUDA tensors: the worker's write to a slice is seen by the parent in
+    the parent's tensor, and only there."""
+    t = dlbridge.zeros(5, device="cuda:0")
+    t.fill_(3)
+    ctx = multiprocessing.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_write_window, args=(t, t[1:3], q))
+    p.start()
+    assert q.get(timeout=120) == [3.0] * 5
+    p.join(120)
+    assert p.exitcode == 0
+    assert numpy.from_dlpack(t.to("cpu")).tolist() == [3.0, 7.0, 7.0, 3.0, 3.0]
+    t.close()
+
+
+class _CAIOnly:
+    """Memory that reaches dlbridge from elsewhere: a producer that shows
+    only __cuda_array_interface__."""
+
+    def __init__(self, t):
+        self.t = t
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+
 def test_pickle_other_cuda_memory_and_by_value():
-    """Memory from elsewhere goes by handle to a copy (the parent's tensor
-    is untouched by the worker); asked for "value", tensors go by value."""
+    """Memory dlbridge did not allocate goes by handle to a copy (the
+    parent's tensor is untouched by the worker); asked for "value",
+    tensors go by value, dlbridge's own too."""
     ctx = multiprocessing.get_context("spawn")
-    t = dlbridge.zeros(4, device="cuda:0")
-    t.fill_(2)
-    for strategy in ("handle", "value"):
+    own = dlbridge.zeros(4, device="cuda:0")
+    own.fill_(2)
+    foreign = dlbridge.asarray(_CAIOnly(own))
+    for strategy, t in (("handle", foreign), ("value", own), ("value", foreign)):
         dlbridge.ipc.set_sharing_strategy(strategy)
         try:
             q = ctx.Queue()
@@ -596,7 +636,7 @@ def test_pickle_other_cuda_memory_and_by_value():
             assert p.exitcode == 0
         finally:
             dlbridge.ipc.set_sharing_strategy("handle")
-        assert numpy.from_dlpack(t.to("cpu")).tolist() == [2.0] * 4
+        assert numpy.from_dlpack(own.to("cpu")).tolist() == [2.0] * 4, (strategy, t)
     with pytest.raises(ValueError):
         dlbridge.ipc.set_sharing_strategy("bytes")
 
