@@ -21,6 +21,7 @@ import (
 // Python package refuses a library with another version.
 const ABIVersion = 1
 
+//dlb:value
 //export dlb_abi_version
 func dlb_abi_version() C.int32_t { return ABIVersion }
 
@@ -117,9 +118,11 @@ func borrow(h C.uint64_t) (*pybridge.Tensor, error) { return pybridge.Borrow(pyb
 // when the device cannot be used); importers pass it to
 // __dlpack__(stream=...) so the producer orders its work first.
 //
+//dlb:value
 //export dlb_work_stream
 func dlb_work_stream(id C.int32_t) C.int64_t { return C.int64_t(pybridge.WorkStream(int32(id))) }
 
+//dlb:value
 //export dlb_cuda_device_count
 func dlb_cuda_device_count() C.int32_t { return C.int32_t(pybridge.CUDADeviceCount()) }
 
@@ -157,6 +160,7 @@ func dlb_arange(n C.int64_t, dtype *C.char, devType, devID C.int32_t, out *C.uin
 	})
 }
 
+//dlb:nopy
 //export dlb_info_get
 func dlb_info_get(h C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
@@ -175,6 +179,7 @@ func dlb_close(h C.uint64_t) C.int32_t {
 	return fence(func() error { return pybridge.CloseTensor(pybridge.Handle(h)) })
 }
 
+//dlb:nopy
 //export dlb_export
 func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, hasDevice, devType, devID, copyMode C.int32_t, out *unsafe.Pointer) C.int32_t {
 	return fence(func() error {
@@ -195,6 +200,7 @@ func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, 
 	})
 }
 
+//dlb:nopy
 //export dlb_import
 func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
@@ -214,6 +220,7 @@ func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, in
 // tensor's pending write is on that stream, ordered before each reader when
 // it needs it, so nothing waits at import.
 //
+//dlb:nopy
 //export dlb_import_on
 func dlb_import_on(mt unsafe.Pointer, versioned, gil C.int32_t, stream C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
@@ -447,6 +454,7 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 // mode 2 does. The host memory is done with on return either way. The
 // caller holds the buffer, and so the memory, until this returns.
 //
+//dlb:nopy
 //export dlb_copy_from_host
 func dlb_copy_from_host(dst C.uint64_t, ptr C.uint64_t, code, bits C.uint8_t, lanes C.uint16_t, ndim C.int32_t,
 	shape, strides *C.int64_t, stream C.int64_t, mode C.int32_t) C.int32_t {
@@ -575,6 +583,7 @@ func dlb_is_pinned(h C.uint64_t, out *C.int32_t) C.int32_t {
 // and the stream-ordered pool of CUDA device dev (reserved, used; -1 when
 // unknown) into out[0..4].
 //
+//dlb:array out 5
 //export dlb_pool_stats
 func dlb_pool_stats(dev C.int32_t, out *C.int64_t) C.int32_t {
 	return fence(func() error {

@@ -26,6 +26,7 @@ import (
 // dlb_wait_stream makes our work stream on CUDA device id wait for the
 // work queued so far on a producer's stream (0 and 1: the legacy default).
 //
+//dlb:nopy
 //export dlb_wait_stream
 func dlb_wait_stream(id C.int32_t, producer C.int64_t) C.int32_t {
 	return fence(func() error {
@@ -40,6 +41,7 @@ func dlb_wait_stream(id C.int32_t, producer C.int64_t) C.int32_t {
 // dlb_alloc_export allocates a C-contiguous tensor and exports it as a
 // DLManagedTensorVersioned (the exchange API's managed_tensor_allocator).
 //
+//dlb:nopy
 //export dlb_alloc_export
 func dlb_alloc_export(ndim C.int32_t, shape *C.int64_t, code, bits C.uint8_t, lanes C.uint16_t, devType, devID C.int32_t, out *unsafe.Pointer) C.int32_t {
 	return fence(func() error {
