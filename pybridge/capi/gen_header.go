@@ -409,7 +409,8 @@ func wrappers(exs []export) ([]byte, error) {
 			case "T":
 				decl = append(decl, fmt.Sprintf("uint64_t %s = 0;", v))
 				call = append(call, "&"+v)
-				outs = append(outs, fmt.Sprintf("x_tensor(%s, &a%d)", v, i+1))
+				outs = append(outs, fmt.Sprintf("x_tensor(%s, &a%d, epoch)", v, i+1))
+				decl = append(decl, "uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill")
 			case "O":
 				decl = append(decl, fmt.Sprintf("%s %s = 0;", p.base, v))
 				call = append(call, "&"+v)

@@ -62,6 +62,7 @@ func dlb_ipc_pool_copy_in(pool, h C.uint64_t, out *C.uint64_t, info *C.dlb_info)
 	})
 }
 
+//dlb:array out 3
 //export dlb_ipc_pool_usage
 func dlb_ipc_pool_usage(pool C.uint64_t, out *C.int64_t) C.int32_t {
 	return fence(func() error {
@@ -79,11 +80,13 @@ func dlb_ipc_pool_trim(pool C.uint64_t) C.int32_t {
 	return fence(func() error { return pybridge.IPCPoolTrim(pybridge.Handle(pool)) })
 }
 
+//dlb:array out 2
 //export dlb_ipc_pool_cached
 func dlb_ipc_pool_cached(pool C.uint64_t, out *C.int64_t) C.int32_t {
 	return pairOut(out, func() (int, int64, error) { return pybridge.IPCPoolCached(pybridge.Handle(pool)) })
 }
 
+//dlb:array out 2
 //export dlb_ipc_mapped
 func dlb_ipc_mapped(conn C.uint64_t, out *C.int64_t) C.int32_t {
 	return pairOut(out, func() (int, int64, error) {

@@ -3,7 +3,7 @@ package capi
 /*
 #cgo CFLAGS: -I${SRCDIR}/..
 #include <stdint.h>
-#include "pyabi.h"
+#include "pyapi.h"
 
 void dlb_fast_stats(int64_t *made, int64_t *live);
 void dlb_guard_init(uintptr_t versioned, uintptr_t legacy);
@@ -20,7 +20,7 @@ import (
 )
 
 // The Go entry points of the CPython extension dlbridge._core, which calls
-// them through the table of pyext.c (dlb_pyext_table), beside the other
+// them through its table of exports (dlbridge.h), beside the other
 // exports of this package.
 
 // dlb_wait_stream makes our work stream on CUDA device id wait for the

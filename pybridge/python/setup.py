@@ -286,8 +286,9 @@ def extensions():
         "dlbridge._core",
         sources=["src/_core.c"],
         include_dirs=[os.path.join(root, "pybridge", "capi"), os.path.join(root, "pybridge")],
-        depends=[os.path.join(root, "pybridge", "capi", h) for h in ("pyabi.h", "capi.h")]
-        + [os.path.join(root, "pybridge", "pyapi.h")],
+        depends=[os.path.join(root, "pybridge", "capi", h) for h in ("dlbridge.h", "capi.h")]
+        + [os.path.join(root, "pybridge", "pyapi.h"), "src/_exports.h"],
+        libraries=["dl"],  # dlopen, in libc itself only from glibc 2.34
         # A function missing from the limited API must fail the build, not
         # the import; -ffile-prefix-map and -s (stripped) keep build paths out.
         extra_compile_args=["-std=c11", "-Werror=implicit-function-declaration",

@@ -19,12 +19,13 @@ static PyObject *x_dlb_arange(PyObject *mod, PyObject *const *args, Py_ssize_t n
 	int32_t a2; X_INT(args[2], "devType", INT32_MIN, INT32_MAX, a2);
 	int32_t a3; X_INT(args[3], "devID", INT32_MIN, INT32_MAX, a3);
 	uint64_t a4 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a5;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.arange(a0, (char *)a1, a2, a3, &a4, &a5); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a4, &a5);
+	return x_tensor(a4, &a5, epoch);
 }
 
 static PyObject *x_dlb_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -103,12 +104,13 @@ static PyObject *x_dlb_empty(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	int32_t a4; X_INT(args[4], "devID", INT32_MIN, INT32_MAX, a4);
 	int32_t a5; X_INT(args[5], "zero", INT32_MIN, INT32_MAX, a5);
 	uint64_t a6 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a7;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.empty((char *)a0, a1, a2, a3, a4, a5, &a6, &a7); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a6, &a7);
+	return x_tensor(a6, &a7, epoch);
 }
 
 static PyObject *x_dlb_event_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -228,13 +230,14 @@ static PyObject *x_dlb_from_memory(PyObject *mod, PyObject *const *args, Py_ssiz
 	int32_t a12; X_INT(args[12], "devID", INT32_MIN, INT32_MAX, a12);
 	PyObject *a13 = args[13] == Py_None ? NULL : args[13];
 	uint64_t a14 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a15;
 	NEED_LIBRARY(return NULL);
 	Py_XINCREF(a13); // the export owns this reference
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.from_memory(a0, a1, a2, (char *)a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, &a14, &a15); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a14, &a15);
+	return x_tensor(a14, &a15, epoch);
 }
 
 static PyObject *x_dlb_from_pointer(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -252,13 +255,14 @@ static PyObject *x_dlb_from_pointer(PyObject *mod, PyObject *const *args, Py_ssi
 	int32_t a10; X_INT(args[10], "verify", INT32_MIN, INT32_MAX, a10);
 	PyObject *a11 = args[11] == Py_None ? NULL : args[11];
 	uint64_t a12 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a13;
 	NEED_LIBRARY(return NULL);
 	Py_XINCREF(a11); // the export owns this reference
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.from_pointer(a0, (char *)a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, &a12, &a13); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a12, &a13);
+	return x_tensor(a12, &a13, epoch);
 }
 
 static PyObject *x_dlb_func_count(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -292,12 +296,13 @@ static PyObject *x_dlb_index(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	int32_t a1; X_INT(args[1], "n", INT32_MIN, INT32_MAX, a1);
 	dlb_index_item a2_[64], *a2; if (x_items(args[2], "items", a2_, &a2) < 0) return NULL;
 	uint64_t a3 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a4;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.index(a0, a1, a2, &a3, &a4); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a3, &a4);
+	return x_tensor(a3, &a4, epoch);
 }
 
 static PyObject *x_dlb_ipc_accept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -316,12 +321,13 @@ static PyObject *x_dlb_ipc_claim(PyObject *mod, PyObject *const *args, Py_ssize_
 	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
 	uint64_t a1; X_UINT(args[1], "token", 0, UINT64_MAX, a1);
 	uint64_t a2 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a3;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_claim(a0, a1, &a2, &a3); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a2, &a3);
+	return x_tensor(a2, &a3, epoch);
 }
 
 static PyObject *x_dlb_ipc_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -370,12 +376,12 @@ static PyObject *x_dlb_ipc_listen(PyObject *mod, PyObject *const *args, Py_ssize
 static PyObject *x_dlb_ipc_mapped(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 1, "dlb_ipc_mapped") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
-	int64_t a1 = 0;
+	int64_t a1[2] = {0};
 	NEED_LIBRARY(return NULL);
 	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.ipc_mapped(a0, &a1); Py_END_ALLOW_THREADS
+	Py_BEGIN_ALLOW_THREADS r = E.ipc_mapped(a0, a1); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return PyLong_FromLongLong(a1);
+	return Py_BuildValue("(NN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]));
 }
 
 static PyObject *x_dlb_ipc_offer(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -396,12 +402,12 @@ static PyObject *x_dlb_ipc_offer(PyObject *mod, PyObject *const *args, Py_ssize_
 static PyObject *x_dlb_ipc_pool_cached(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 1, "dlb_ipc_pool_cached") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
-	int64_t a1 = 0;
+	int64_t a1[2] = {0};
 	NEED_LIBRARY(return NULL);
 	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_cached(a0, &a1); Py_END_ALLOW_THREADS
+	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_cached(a0, a1); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return PyLong_FromLongLong(a1);
+	return Py_BuildValue("(NN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]));
 }
 
 static PyObject *x_dlb_ipc_pool_copy_in(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -409,12 +415,13 @@ static PyObject *x_dlb_ipc_pool_copy_in(PyObject *mod, PyObject *const *args, Py
 	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
 	uint64_t a1; X_UINT(args[1], "h", 0, UINT64_MAX, a1);
 	uint64_t a2 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a3;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_copy_in(a0, a1, &a2, &a3); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a2, &a3);
+	return x_tensor(a2, &a3, epoch);
 }
 
 static PyObject *x_dlb_ipc_pool_empty(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -425,12 +432,13 @@ static PyObject *x_dlb_ipc_pool_empty(PyObject *mod, PyObject *const *args, Py_s
 	int64_t a3_[64], *a3; if (x_ints_int64(args[3], "shape", a3_, &a3) < 0) return NULL;
 	int32_t a4; X_INT(args[4], "zero", INT32_MIN, INT32_MAX, a4);
 	uint64_t a5 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a6;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_empty(a0, (char *)a1, a2, a3, a4, &a5, &a6); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a5, &a6);
+	return x_tensor(a5, &a6, epoch);
 }
 
 static PyObject *x_dlb_ipc_pool_new(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -458,24 +466,25 @@ static PyObject *x_dlb_ipc_pool_trim(PyObject *mod, PyObject *const *args, Py_ss
 static PyObject *x_dlb_ipc_pool_usage(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 1, "dlb_ipc_pool_usage") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
-	int64_t a1 = 0;
+	int64_t a1[3] = {0};
 	NEED_LIBRARY(return NULL);
 	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_usage(a0, &a1); Py_END_ALLOW_THREADS
+	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_usage(a0, a1); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return PyLong_FromLongLong(a1);
+	return Py_BuildValue("(NNN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]), PyLong_FromLongLong(a1[2]));
 }
 
 static PyObject *x_dlb_ipc_recv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 1, "dlb_ipc_recv") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
 	uint64_t a1 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a2;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_recv(a0, &a1, &a2); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a1, &a2);
+	return x_tensor(a1, &a2, epoch);
 }
 
 static PyObject *x_dlb_ipc_send(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -543,24 +552,26 @@ static PyObject *x_dlb_permute(PyObject *mod, PyObject *const *args, Py_ssize_t 
 	int32_t a1; X_INT(args[1], "n", INT32_MIN, INT32_MAX, a1);
 	int32_t a2_[64], *a2; if (x_ints_int32(args[2], "order", a2_, &a2) < 0) return NULL;
 	uint64_t a3 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a4;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.permute(a0, a1, a2, &a3, &a4); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a3, &a4);
+	return x_tensor(a3, &a4, epoch);
 }
 
 static PyObject *x_dlb_pin_memory(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 1, "dlb_pin_memory") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
 	uint64_t a1 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a2;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.pin_memory(a0, &a1, &a2); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a1, &a2);
+	return x_tensor(a1, &a2, epoch);
 }
 
 static PyObject *x_dlb_pool_stats(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -702,12 +713,13 @@ static PyObject *x_dlb_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
 	int32_t a1; X_INT(args[1], "devType", INT32_MIN, INT32_MAX, a1);
 	int32_t a2; X_INT(args[2], "devID", INT32_MIN, INT32_MAX, a2);
 	uint64_t a3 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a4;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.to(a0, a1, a2, &a3, &a4); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a3, &a4);
+	return x_tensor(a3, &a4, epoch);
 }
 
 static PyObject *x_dlb_to_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -718,12 +730,13 @@ static PyObject *x_dlb_to_on(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	int64_t a3; X_INT(args[3], "stream", INT64_MIN, INT64_MAX, a3);
 	int32_t a4; X_INT(args[4], "nonBlocking", INT32_MIN, INT32_MAX, a4);
 	uint64_t a5 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a6;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.to_on(a0, a1, a2, a3, a4, &a5, &a6); Py_END_ALLOW_THREADS
 	if (r) return x_raise(r);
-	return x_tensor(a5, &a6);
+	return x_tensor(a5, &a6, epoch);
 }
 
 static PyObject *x_dlb_typestr(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
