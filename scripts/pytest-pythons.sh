@@ -39,7 +39,7 @@ for py in "$@"; do
 		PYTHONPATH="$shim-pip" "$venv/bin/python" -m pip install -q --no-index --no-deps "$wheel"
 	fi
 	echo "pytest-pythons: CPython $v"
-	if ! (cd /tmp && env -u DLBRIDGE_LIB -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 PYTHONPATH="$shim" \
+	if ! (cd /tmp && env -u DLBRIDGE_LIB DLBRIDGE_EXPECT_INSTALLED=1 PYTHONPATH="$shim" \
 		"$venv/bin/python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
 		"${tests[@]/#/$ROOT/pybridge/python/tests/}"); then
 		echo "pytest-pythons: CPython $v failed"
