@@ -89,8 +89,7 @@ vet:
 # Go package's module), installed with dlbridge's wheel into a fresh venv;
 # tests/check_wheel.py runs from /tmp without DLBRIDGE_LIB or PYTHONPATH: the
 # functions on NumPy arrays, the shipped stub against dlbridge.stubgen and
-# mypy, and the refusal of a second Go library (one Go runtime per process),
-# on both Python paths.
+# mypy, and the refusal of a second Go library (one Go runtime per process).
 GOFUNC_WHEELDIR := $(BUILD)/gofunc-wheel
 GOFUNC_VENV := $(BUILD)/gofunc-venv
 
@@ -138,8 +137,8 @@ pytest: venv ops-lib
 ops-lib:
 	$(GO) run ./cmd/dlbridge build -o $(OPSLIB) ./examples/gofunc ./pybridge/pyfunc/pyfunctest
 
-# The fork check: test_fork.py (20 children per case, both Python
-# paths, a busy parent among them) 20 times in a row against the installed
+# The fork check: test_fork.py (20 children per case, a busy parent
+# among them) 20 times in a row against the installed
 # wheel; the first failing round stops it and prints its output.
 pytest-fork-repeat: venv
 	@log=$$(mktemp); for i in $$(seq 20); do \
@@ -149,7 +148,7 @@ pytest-fork-repeat: venv
 	done; tail -n 1 $$log; rm -f $$log; echo "pytest-fork-repeat: 20 rounds in a row passed"
 
 # The property tests at the Python border with the Hypothesis profile "long"
-# (randomized, thousands of examples per test), on both Python paths.
+# (randomized, thousands of examples per test).
 fuzz-long-py: venv
 	$(VPY) DLBRIDGE_HYPOTHESIS_PROFILE=long $(VPYTEST) $(CURDIR)/pybridge/python/tests/test_props.py
 
@@ -210,8 +209,7 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./dlpack/ ./cai/ ./zerocopy/ ./cuda/
 
 # The main job: build the library and run the demo (NumPy/PyTorch, CuPy on a GPU machine).
-demo: lib
-	@$(MAKE) -s ext || echo "note: the C extension was not built (it needs python3-dev and python3-setuptools): the demo runs on the ctypes path"
+demo: lib ext
 	DLBRIDGE_LIB=$(CURDIR)/$(LIB) PYTHONPATH=$(CURDIR)/pybridge/python bash examples/demo.sh
 
 # Everything the GPU machine needs, under build/gpu (see docs/development.md); run there with

@@ -712,7 +712,7 @@ func dlb_stats(liveTensors, liveExports, deleterCalls *C.int64_t) C.int32_t {
 	if liveTensors != nil {
 		*liveTensors = C.int64_t(pybridge.LiveTensors())
 	}
-	made, live := fastStats() // exports of the CPython fast path, which Go does not see
+	made, live := fastStats() // the extension's own DLPack exports, which Go does not see
 	if liveExports != nil {
 		*liveExports = C.int64_t(int64(pybridge.LiveExports()) + live)
 	}

@@ -67,7 +67,7 @@ func dlb_alloc_export(ndim C.int32_t, shape *C.int64_t, code, bits C.uint8_t, la
 	})
 }
 
-// fastStats is the fast path's exports made and still alive.
+// fastStats is the extension's own DLPack exports: made, and still alive.
 func fastStats() (made, live int64) {
 	var m, l C.int64_t
 	C.dlb_fast_stats(&m, &l)

@@ -2,7 +2,8 @@
 
 The extension is the only way Python reaches the library: _core.dlb_x is
 the library's export dlb_x (declared once, in Go; pybridge/capi's generated
-dlbridge.h and _exports.h), and _core's own functions hold the fast paths.
+dlbridge.h and _exports.h); _core's own functions (from_dlpack, copy, the
+ops call) do in one C call what would otherwise take several.
 
 Nothing is loaded when dlbridge is imported: the library, and the Go runtime
 in it, start at the first call that needs them (load(), reached through this

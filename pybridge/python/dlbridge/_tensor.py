@@ -617,7 +617,7 @@ _legacy_producers = set()
 def _describe_producer(tp, exchange=True):
     """What _core.from_dlpack needs to know of a producer type, asked once
     per type: its DLPack C exchange API capsule (unless exchange is false:
-    the ctypes path cannot call it); or a stream probe, probe(device_id) ->
+    _stream_probe asks for the probe alone); or a stream probe, probe(device_id) ->
     the stream the producer's __dlpack__ orders its writes from (passed back
     as stream=, the producer has nothing to order: no event, as with the
     exchange API), or None when unknown; or None."""
@@ -684,13 +684,12 @@ def _cupy_stream_probe():
 
 
 def _torch_stream_probe():
-    """PyTorch's current stream on a device, for the ctypes path (PyTorch
-    2.11's C exchange API already names it on the fast path) and PyTorch
-    before 2.11. Asked for __dlpack__(stream=<that stream>) PyTorch records
+    """PyTorch's current stream on a device, for PyTorch before 2.11 (2.11's
+    C exchange API names it itself) and imports that do not take the C
+    exchange API. Asked for __dlpack__(stream=<that stream>) PyTorch records
     no event: with our work stream instead, every import paid for a
     torch.cuda.ExternalStream, an Event, its record and a stream wait (about
-    8 us on the H100, the ctypes path's whole regression against 922d2a6,
-    whose work stream was the legacy default stream, PyTorch's own). The
+    8 us on the H100). The
     import is then pending on that stream, and readers on other streams are
     ordered after it when they need it (one event, lazily), as with the
     exchange API. PyTorch's default stream (raw handle 0) is the legacy

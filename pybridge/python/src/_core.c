@@ -480,7 +480,7 @@ static PyObject *show_value(PyObject *v) {
 }
 
 // bad_value raises exc with "dlbridge: FIELD=VALUE (TYPE) WHAT", the
-// message _convert gives on the ctypes path.
+// message _convert gives for the same value.
 static void bad_value(PyObject *exc, const char *field, PyObject *v, const char *what) {
 	PyObject *shown = show_value(v);
 	PyObject *tn = shown ? type_name(v) : NULL;
@@ -1632,7 +1632,7 @@ typedef struct {
 } gofn;
 
 // The Python helpers of every call (set_call_helpers): asarray(obj) for
-// tensors without a fast path; stream_of(obj) -> (handle, device) for an
+// arguments that are neither a dlbridge tensor nor a NumPy array read here; stream_of(obj) -> (handle, device) for an
 // explicit stream=; finish(results, like, result_type) turning tensor
 // results into the caller's framework's; describe(type), the producer
 // kinds of from_dlpack.
@@ -2475,7 +2475,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module_def = {
 	PyModuleDef_HEAD_INIT, "dlbridge._core",
-	"The CPython extension of dlbridge: the C base of dlbridge.Tensor and the DLPack fast paths.", -1,
+	"The CPython extension of dlbridge: the binding of libdlbridge and the C base of dlbridge.Tensor.", -1,
 	module_methods,
 };
 

@@ -313,8 +313,7 @@ def test_a_view_kept_after_the_call_keeps_its_memory():
 def test_a_view_kept_of_one_array_keeps_the_call_s_arrays_until_dropped():
     # Through the extension, the host arrays of one call share one
     # reference (the call's lease): a view the body keeps of x keeps y too.
-    # The ctypes path passes dlbridge tensors, each its own. Dropping the
-    # view lets go of what it kept.
+    # Dropping the view lets go of what it kept.
     x = np.arange(5, dtype=np.float32)
     y = np.ones(3, np.float32)
     rx, ry = sys.getrefcount(x), sys.getrefcount(y)

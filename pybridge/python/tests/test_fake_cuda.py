@@ -189,7 +189,7 @@ def test_cupy_like_producer_has_nothing_to_order(fake_lib):
     cupy package names the current stream) is asked for
     __dlpack__(stream=<CuPy's current stream>): the
     producer records no event, the import is pending on that stream, and a
-    consumer is ordered after it (both paths). On another device than CuPy's
+    consumer is ordered after it. On another device than CuPy's
     current one the producer orders before our work stream."""
     run(fake_lib, r"""
     import sys, types
@@ -219,8 +219,7 @@ def test_cupy_like_producer_has_nothing_to_order(fake_lib):
 
 
 def test_torch_like_producer_has_nothing_to_order(fake_lib):
-    """A PyTorch tensor without the C exchange API (PyTorch before 2.11, and
-    every PyTorch on the ctypes path, which cannot call that API; here a
+    """A PyTorch tensor without the C exchange API (PyTorch before 2.11; here a
     stand-in whose type's module is torch, and a fake torch whose
     _C._cuda_getCurrentRawStream names the current stream per device) is
     asked for __dlpack__(stream=<its current stream>): no event, the import
@@ -311,12 +310,6 @@ def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
     alias.copy_(src)
     assert alias._stream == 0, "memory dlbridge did not allocate: complete on return"
     """)
-    run(fake_lib, r"""
-    src = dlbridge.arange(256, dtype="float32", device="cuda")
-    dst = dlbridge.zeros(256, dtype="float32", device="cuda")
-    dst.copy_(src)
-    assert dst._stream == 0, "the ctypes path keeps every blocking copy_ complete"
-    """)
 
 
 def test_write_through_a_view_orders_every_view(fake_lib):
@@ -362,7 +355,7 @@ def test_cai_import_from_a_side_stream(fake_lib):
 
 def test_copy_from_numpy_to_a_device(fake_lib):
     """copy_ of NumPy arrays in any layout into device tensors (the buffer
-    path of the extension, and asarray on the ctypes path) lands exactly,
+    path of the extension) lands exactly,
     complete on return, on the stream given."""
     run(fake_lib, r'''
     import numpy as np

@@ -4,7 +4,7 @@ tensors, exports and capsules it inherits are finalized without a call into
 Go, and its first dlbridge call raises RuntimeError naming 'spawn' and
 'forkserver' (PyTorch's convention for CUDA). A child forked before the
 library started loads it itself and works. Every scenario runs in a fresh
-interpreter, on both paths, with
+interpreter, with
 timeouts: a hang fails the test instead of stalling the suite."""
 
 import json

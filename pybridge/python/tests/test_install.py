@@ -32,8 +32,7 @@ def state():
 
 
 def py(code, env_extra=None, cwd="/"):
-    # The child's path is chosen here alone, not by the suite's own setting.
-    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_NO_FASTPATH"}
+    env = dict(os.environ)
     env.update(env_extra or {})
     r = subprocess.run([sys.executable, "-c", STATE + textwrap.dedent(code)], env=env, cwd=cwd,
                        capture_output=True, text=True, timeout=120)
