@@ -29,7 +29,6 @@ int32_t dlb_arange(int64_t n, char *dtype, int32_t devType, int32_t devID, uint6
 int32_t dlb_call(int32_t fn, int32_t nargs, dlb_arg *args, int64_t stream, int32_t streamDev, int32_t nres, dlb_result *res, dlb_info *infos);
 int32_t dlb_call_keep(uint64_t token, void *obj);
 int32_t dlb_close(uint64_t h);
-int32_t dlb_copy(uint64_t dst, uint64_t src);
 int32_t dlb_copy_from_host(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim, int64_t *shape, int64_t *strides, int64_t stream, int32_t mode);
 int32_t dlb_copy_on(uint64_t dst, uint64_t src, int64_t stream, int32_t nonBlocking);
 int32_t dlb_cuda_device_count(void);
@@ -88,10 +87,8 @@ int32_t dlb_stream_synchronize(uint64_t h);
 int32_t dlb_stream_wait(uint64_t consumer, int32_t cdev, uint64_t producer, int32_t pdev);
 int32_t dlb_sum(uint64_t h, dlb_scalar *out);
 int32_t dlb_synchronize(int32_t dev);
-int32_t dlb_to(uint64_t h, int32_t devType, int32_t devID, uint64_t *out, dlb_info *info);
 int32_t dlb_to_on(uint64_t h, int32_t devType, int32_t devID, int64_t stream, int32_t nonBlocking, uint64_t *out, dlb_info *info);
 int32_t dlb_typestr(int32_t code, int32_t bits, int32_t lanes, int32_t padded, char *buf, int32_t n);
-int32_t dlb_wait_stream(int32_t id, int64_t producer);
 int64_t dlb_work_stream(int32_t id);
 
 // Every export, for a caller that looks them up at run time (dlsym).
@@ -102,7 +99,6 @@ typedef struct {
 	int32_t (*call)(int32_t fn, int32_t nargs, dlb_arg *args, int64_t stream, int32_t streamDev, int32_t nres, dlb_result *res, dlb_info *infos);
 	int32_t (*call_keep)(uint64_t token, void *obj);
 	int32_t (*close)(uint64_t h);
-	int32_t (*copy)(uint64_t dst, uint64_t src);
 	int32_t (*copy_from_host)(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim, int64_t *shape, int64_t *strides, int64_t stream, int32_t mode);
 	int32_t (*copy_on)(uint64_t dst, uint64_t src, int64_t stream, int32_t nonBlocking);
 	int32_t (*cuda_device_count)(void);
@@ -161,10 +157,8 @@ typedef struct {
 	int32_t (*stream_wait)(uint64_t consumer, int32_t cdev, uint64_t producer, int32_t pdev);
 	int32_t (*sum)(uint64_t h, dlb_scalar *out);
 	int32_t (*synchronize)(int32_t dev);
-	int32_t (*to)(uint64_t h, int32_t devType, int32_t devID, uint64_t *out, dlb_info *info);
 	int32_t (*to_on)(uint64_t h, int32_t devType, int32_t devID, int64_t stream, int32_t nonBlocking, uint64_t *out, dlb_info *info);
 	int32_t (*typestr)(int32_t code, int32_t bits, int32_t lanes, int32_t padded, char *buf, int32_t n);
-	int32_t (*wait_stream)(int32_t id, int64_t producer);
 	int64_t (*work_stream)(int32_t id);
 } dlb_exports;
 
@@ -176,7 +170,6 @@ typedef struct {
 	"dlb_call", \
 	"dlb_call_keep", \
 	"dlb_close", \
-	"dlb_copy", \
 	"dlb_copy_from_host", \
 	"dlb_copy_on", \
 	"dlb_cuda_device_count", \
@@ -235,10 +228,8 @@ typedef struct {
 	"dlb_stream_wait", \
 	"dlb_sum", \
 	"dlb_synchronize", \
-	"dlb_to", \
 	"dlb_to_on", \
 	"dlb_typestr", \
-	"dlb_wait_stream", \
 	"dlb_work_stream",
 
 #endif

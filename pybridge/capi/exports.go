@@ -397,9 +397,6 @@ func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
 	})
 }
 
-//export dlb_copy
-func dlb_copy(dst, src C.uint64_t) C.int32_t { return dlb_copy_on(dst, src, 0, 0) }
-
 // copyOptions reads the stream arguments of copy_ and to: stream 0 is the
 // work stream of the device involved.
 func copyOptions(stream C.int64_t, nonBlocking C.int32_t) (pybridge.CopyOptions, error) {
@@ -419,6 +416,7 @@ func copyOptions(stream C.int64_t, nonBlocking C.int32_t) (pybridge.CopyOptions,
 // tensor from to()), and a device-to-device copy_ then costs what
 // PyTorch's does (no synchronization).
 //
+//dlb:nopy
 //export dlb_copy_on
 func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C.int32_t {
 	return fence(func() error {
@@ -496,14 +494,10 @@ func alone(t *pybridge.Tensor) bool {
 	return v.Device().Type == dlpack.CUDA && v.AllocatedCUDA() && v.Owner().Refs() == 2 // the handle's and the borrow's
 }
 
-//export dlb_to
-func dlb_to(h C.uint64_t, devType, devID C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return dlb_to_on(h, devType, devID, 0, 0, out, info)
-}
-
 // dlb_to_on is to(device, non_blocking=, stream=): a new tensor on the
 // device (stream 0: the work stream).
 //
+//dlb:nopy
 //export dlb_to_on
 func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBlocking C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
@@ -531,6 +525,7 @@ func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBloc
 // managed_tensor_from_py_object_no_sync, whose consumer orders itself after
 // dlb_work_stream only: they call this with the work stream first.
 //
+//dlb:nopy
 //export dlb_order_before
 func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
 	return fence(func() error {

@@ -23,21 +23,6 @@ import (
 // them through its table of exports (dlbridge.h), beside the other
 // exports of this package.
 
-// dlb_wait_stream makes our work stream on CUDA device id wait for the
-// work queued so far on a producer's stream (0 and 1: the legacy default).
-//
-//dlb:nopy
-//export dlb_wait_stream
-func dlb_wait_stream(id C.int32_t, producer C.int64_t) C.int32_t {
-	return fence(func() error {
-		p := uintptr(producer)
-		if p == 0 {
-			p = uintptr(pybridge.StreamLegacy)
-		}
-		return pybridge.WaitForProducer(dlpack.CUDADevice(int(id)), p)
-	})
-}
-
 // dlb_alloc_export allocates a C-contiguous tensor and exports it as a
 // DLManagedTensorVersioned (the exchange API's managed_tensor_allocator).
 //

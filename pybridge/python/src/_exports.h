@@ -38,30 +38,6 @@ static PyObject *x_dlb_close(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	Py_RETURN_NONE;
 }
 
-static PyObject *x_dlb_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_copy") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "dst", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "src", 0, UINT64_MAX, a1);
-	NEED_LIBRARY(return NULL);
-	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.copy(a0, a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
-	Py_RETURN_NONE;
-}
-
-static PyObject *x_dlb_copy_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 4, "dlb_copy_on") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "dst", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "src", 0, UINT64_MAX, a1);
-	int64_t a2; X_INT(args[2], "stream", INT64_MIN, INT64_MAX, a2);
-	int32_t a3; X_INT(args[3], "nonBlocking", INT32_MIN, INT32_MAX, a3);
-	NEED_LIBRARY(return NULL);
-	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.copy_on(a0, a1, a2, a3); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
-	Py_RETURN_NONE;
-}
-
 static PyObject *x_dlb_cuda_device_count(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 0, "dlb_cuda_device_count") < 0) return NULL;
 	NEED_LIBRARY(return NULL);
@@ -522,17 +498,6 @@ static PyObject *x_dlb_is_pinned(PyObject *mod, PyObject *const *args, Py_ssize_
 	return PyLong_FromLongLong(a1);
 }
 
-static PyObject *x_dlb_order_before(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_order_before") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	int64_t a1; X_INT(args[1], "stream", INT64_MIN, INT64_MAX, a1);
-	NEED_LIBRARY(return NULL);
-	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.order_before(a0, a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
-	Py_RETURN_NONE;
-}
-
 static PyObject *x_dlb_parse_dtype(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 1, "dlb_parse_dtype") < 0) return NULL;
 	const char *a0; if (x_str(args[0], "s", &a0) < 0) return NULL;
@@ -707,38 +672,6 @@ static PyObject *x_dlb_synchronize(PyObject *mod, PyObject *const *args, Py_ssiz
 	Py_RETURN_NONE;
 }
 
-static PyObject *x_dlb_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 3, "dlb_to") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	int32_t a1; X_INT(args[1], "devType", INT32_MIN, INT32_MAX, a1);
-	int32_t a2; X_INT(args[2], "devID", INT32_MIN, INT32_MAX, a2);
-	uint64_t a3 = 0;
-	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
-	dlb_info a4;
-	NEED_LIBRARY(return NULL);
-	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.to(a0, a1, a2, &a3, &a4); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
-	return x_tensor(a3, &a4, epoch);
-}
-
-static PyObject *x_dlb_to_on(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 5, "dlb_to_on") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	int32_t a1; X_INT(args[1], "devType", INT32_MIN, INT32_MAX, a1);
-	int32_t a2; X_INT(args[2], "devID", INT32_MIN, INT32_MAX, a2);
-	int64_t a3; X_INT(args[3], "stream", INT64_MIN, INT64_MAX, a3);
-	int32_t a4; X_INT(args[4], "nonBlocking", INT32_MIN, INT32_MAX, a4);
-	uint64_t a5 = 0;
-	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
-	dlb_info a6;
-	NEED_LIBRARY(return NULL);
-	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.to_on(a0, a1, a2, a3, a4, &a5, &a6); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
-	return x_tensor(a5, &a6, epoch);
-}
-
 static PyObject *x_dlb_typestr(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (x_nargs(nargs, 4, "dlb_typestr") < 0) return NULL;
 	int32_t a0; X_INT(args[0], "code", INT32_MIN, INT32_MAX, a0);
@@ -766,8 +699,6 @@ static PyMethodDef export_methods[] = {
 	{"dlb_abi_version", (PyCFunction)(void (*)(void))x_dlb_abi_version, METH_FASTCALL, NULL},
 	{"dlb_arange", (PyCFunction)(void (*)(void))x_dlb_arange, METH_FASTCALL, NULL},
 	{"dlb_close", (PyCFunction)(void (*)(void))x_dlb_close, METH_FASTCALL, NULL},
-	{"dlb_copy", (PyCFunction)(void (*)(void))x_dlb_copy, METH_FASTCALL, NULL},
-	{"dlb_copy_on", (PyCFunction)(void (*)(void))x_dlb_copy_on, METH_FASTCALL, NULL},
 	{"dlb_cuda_device_count", (PyCFunction)(void (*)(void))x_dlb_cuda_device_count, METH_FASTCALL, NULL},
 	{"dlb_debug_spin_write", (PyCFunction)(void (*)(void))x_dlb_debug_spin_write, METH_FASTCALL, NULL},
 	{"dlb_dtype_name", (PyCFunction)(void (*)(void))x_dlb_dtype_name, METH_FASTCALL, NULL},
@@ -804,7 +735,6 @@ static PyMethodDef export_methods[] = {
 	{"dlb_ipc_send", (PyCFunction)(void (*)(void))x_dlb_ipc_send, METH_FASTCALL, NULL},
 	{"dlb_ipc_serve", (PyCFunction)(void (*)(void))x_dlb_ipc_serve, METH_FASTCALL, NULL},
 	{"dlb_is_pinned", (PyCFunction)(void (*)(void))x_dlb_is_pinned, METH_FASTCALL, NULL},
-	{"dlb_order_before", (PyCFunction)(void (*)(void))x_dlb_order_before, METH_FASTCALL, NULL},
 	{"dlb_parse_dtype", (PyCFunction)(void (*)(void))x_dlb_parse_dtype, METH_FASTCALL, NULL},
 	{"dlb_permute", (PyCFunction)(void (*)(void))x_dlb_permute, METH_FASTCALL, NULL},
 	{"dlb_pin_memory", (PyCFunction)(void (*)(void))x_dlb_pin_memory, METH_FASTCALL, NULL},
@@ -820,8 +750,6 @@ static PyMethodDef export_methods[] = {
 	{"dlb_stream_wait", (PyCFunction)(void (*)(void))x_dlb_stream_wait, METH_FASTCALL, NULL},
 	{"dlb_sum", (PyCFunction)(void (*)(void))x_dlb_sum, METH_FASTCALL, NULL},
 	{"dlb_synchronize", (PyCFunction)(void (*)(void))x_dlb_synchronize, METH_FASTCALL, NULL},
-	{"dlb_to", (PyCFunction)(void (*)(void))x_dlb_to, METH_FASTCALL, NULL},
-	{"dlb_to_on", (PyCFunction)(void (*)(void))x_dlb_to_on, METH_FASTCALL, NULL},
 	{"dlb_typestr", (PyCFunction)(void (*)(void))x_dlb_typestr, METH_FASTCALL, NULL},
 	{"dlb_work_stream", (PyCFunction)(void (*)(void))x_dlb_work_stream, METH_FASTCALL, NULL},
 	{NULL, NULL, 0, NULL},
