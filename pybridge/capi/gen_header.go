@@ -358,7 +358,11 @@ func wrappers(exs []export) ([]byte, error) {
 				if a.kind == "u" {
 					mac = "X_UINT"
 				}
-				conv = append(conv, fmt.Sprintf("%s %s; %s(args[%d], %q, %s, %s, %s);", p.base, v, mac, nin, p.name, lim[0], lim[1], v))
+				bounds := lim[0] + ", " + lim[1]
+				if a.kind == "u" {
+					bounds = lim[1]
+				}
+				conv = append(conv, fmt.Sprintf("%s %s; %s(args[%d], %q, %q, %s, %s);", p.base, v, mac, nin, p.name, strings.TrimSuffix(p.base, "_t"), bounds, v))
 				call = append(call, v)
 				nin++
 			case "d":
@@ -436,7 +440,7 @@ func wrappers(exs []export) ([]byte, error) {
 		w := "x_" + e.name
 		table = append(table, fmt.Sprintf("\t{%q, (PyCFunction)(void (*)(void))%s, METH_FASTCALL, NULL},", e.name, w))
 		fmt.Fprintf(&b, "static PyObject *%s(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {\n", w)
-		fmt.Fprintf(&b, "\tif (x_nargs(nargs, %d, %q) < 0) return NULL;\n", nin, e.name)
+		fmt.Fprintf(&b, "\tif (need_args(nargs, %d, %d, %q) < 0) return NULL;\n", nin, nin, e.name)
 		for _, c := range append(conv, decl...) {
 			fmt.Fprintf(&b, "\t%s\n", c)
 		}
@@ -465,7 +469,7 @@ func wrappers(exs []export) ([]byte, error) {
 				}
 			}
 		}
-		raise := "x_raise(r)"
+		raise := "raise_last(r)"
 		for i, a := range as {
 			if a.kind == "S" {
 				raise = fmt.Sprintf("x_string(a%d, a%d_, r)", i, i) // frees a longer buffer, raises

@@ -604,11 +604,6 @@ def _from_handle(h):
     return _core.wrap(Tensor, h)
 
 
-def _work_stream(device_id):
-    """The stream our Go operations on cuda:device_id use (fixed per device)."""
-    return _core.dlb_work_stream(device_id)
-
-
 # Types whose __dlpack__ refused max_version once: called the legacy way
 # from then on, without paying for a TypeError every time.
 _legacy_producers = set()
@@ -757,7 +752,7 @@ def from_dlpack(obj, *, device=None, copy=None):
                 if probe is not None:
                     stream = pending = probe(src[1]) or None
             if stream is None:
-                stream = _work_stream(src[1])
+                stream = _core.dlb_work_stream(src[1])
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
             kwargs["dl_device"] = want

@@ -133,16 +133,15 @@ static int load_library(void) {
 		if ((!L.loaded || forked()) && load_library() < 0) fail; \
 	} while (0)
 
-// raise_code raises the exception of error class code (dlbridge.h) with msg.
-static void raise_code(int32_t code, const char *msg) {
+// raise_last raises the exception of error class rc (dlbridge.h) that a
+// library entry point just returned, with its message; returns NULL.
+static PyObject *raise_last(int32_t rc) {
 	static const char *const names[DLB_ERROR_CLASS_COUNT] = {DLB_ERROR_CLASSES};
 	PyObject *exc = NULL;
-	if (code > 0 && code < DLB_ERROR_CLASS_COUNT) exc = PyDict_GetItemString(PyEval_GetBuiltins(), names[code]);
-	PyErr_SetString(exc ? exc : PyExc_RuntimeError, msg);
+	if (rc > 0 && rc < DLB_ERROR_CLASS_COUNT) exc = PyDict_GetItemString(PyEval_GetBuiltins(), names[rc]);
+	PyErr_SetString(exc ? exc : PyExc_RuntimeError, L.last_error());
+	return NULL;
 }
-
-// raise_last raises the error a library entry point just returned.
-static void raise_last(int32_t rc) { raise_code(rc, L.last_error()); }
 
 static void call_deleter(void *mt, int versioned) {
 	if (!mt) return;
@@ -352,10 +351,7 @@ static PyObject *import_tensor(PyObject *cls, void *mt, int versioned, int64_t p
 	uint64_t h, e = epoch_now();
 	dlb_info info;
 	int32_t rc = pending ? E.import_on(mt, versioned, 1, pending, &h, &info) : E.import(mt, versioned, 1, &h, &info);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	return new_tensor(cls, h, &info, e);
 }
 
@@ -719,10 +715,7 @@ static PyObject *ct_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nar
 	} else {
 		int32_t rc = E.export(t->handle, versioned, has_stream, (int64_t)s, has_dev, (int32_t)dev[0],
 					(int32_t)dev[1], cm, &mt);
-		if (rc) {
-			raise_last(rc);
-			return NULL;
-		}
+		if (rc) return raise_last(rc);
 	}
 	PyObject *cap = PyCapsule_New(mt, versioned ? name_versioned : name_legacy, capsule_destructor);
 	if (!cap) call_deleter(mt, versioned);
@@ -953,10 +946,7 @@ static PyObject *m_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	uint64_t e = epoch_now();
 	dlb_info info;
 	int32_t rc = E.info_get(h, &info);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	return new_tensor(args[0], h, &info, e);
 }
 
@@ -1152,10 +1142,7 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	Py_BEGIN_ALLOW_THREADS
 	rc = E.copy_on(dst->handle, src->handle, stream, nb);
 	Py_END_ALLOW_THREADS
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	if (copied_into(dst, nb) < 0) return NULL;
 	Py_RETURN_NONE;
 }
@@ -1258,10 +1245,7 @@ static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	rc = E.copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, stream, mode);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	if (copied_into(dst, mode) < 0) return NULL;
 	Py_RETURN_NONE;
 }
@@ -1284,10 +1268,7 @@ static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	Py_BEGIN_ALLOW_THREADS
 	rc = E.to_on(t->handle, (int32_t)dt, (int32_t)di, stream, nb, &h, &info);
 	Py_END_ALLOW_THREADS
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	return new_tensor(args[0], h, &info, e);
 }
 
@@ -2257,61 +2238,34 @@ static PyObject *m_set_call_helpers(PyObject *mod, PyObject *const *args, Py_ssi
 
 // ---- the Python functions of the exports (_exports.h, generated) ----
 
-static int x_nargs(Py_ssize_t n, Py_ssize_t want, const char *fn) {
-	if (n == want) return 0;
-	PyErr_Format(PyExc_TypeError, "dlbridge: %s takes %zd arguments (%zd given)", fn, want, n);
-	return -1;
-}
-
-static PyObject *x_raise(int32_t rc) {
-	raise_last(rc);
-	return NULL;
-}
-
-static int x_range(PyObject *v, const char *name, const char *lo, const char *hi) {
-	PyErr_Format(PyExc_OverflowError, "dlbridge: %s=%R is out of range [%s, %s]", name, v, lo, hi);
-	return -1;
-}
-
-// x_int and x_uint take any integer (__index__) within [lo, hi].
-static int x_int(PyObject *v, const char *name, long long lo, long long hi, const char *los, const char *his,
-		 long long *out) {
-	PyObject *i = PyNumber_Index(v);
-	if (!i) return -1;
-	int overflow;
-	long long x = PyLong_AsLongLongAndOverflow(i, &overflow);
-	Py_DECREF(i);
-	if (x == -1 && PyErr_Occurred()) return -1;
-	if (overflow || x < lo || x > hi) return x_range(v, name, los, his);
-	*out = x;
-	return 0;
-}
-
-static int x_uint(PyObject *v, const char *name, unsigned long long hi, const char *his, unsigned long long *out) {
+// X_INT and X_UINT take an integer argument of a generated function into v,
+// with int_arg's rules and messages (the range of ctype).
+static int x_uint(PyObject *v, const char *name, unsigned long long hi, const char *ctype, unsigned long long *out) {
+	if (!PyLong_CheckExact(v) && (bool_like(v) || !PyIndex_Check(v))) {
+		bad_value(PyExc_TypeError, name, v, "is not an integer");
+		return -1;
+	}
 	PyObject *i = PyNumber_Index(v);
 	if (!i) return -1;
 	unsigned long long x = PyLong_AsUnsignedLongLong(i);
+	int over = x == (unsigned long long)-1 && PyErr_Occurred(); // i is an int: negative or past 64 bits
+	if (over) PyErr_Clear();
+	if (over || x > hi) PyErr_Format(PyExc_ValueError, "dlbridge: %s=%S out of range for %s (0..%llu)", name, i, ctype, hi);
+	else *out = x;
 	Py_DECREF(i);
-	if (x == (unsigned long long)-1 && PyErr_Occurred()) {
-		if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
-		PyErr_Clear();
-		return x_range(v, name, "0", his);
-	}
-	if (x > hi) return x_range(v, name, "0", his);
-	*out = x;
-	return 0;
+	return over || x > hi ? -1 : 0;
 }
 
-#define X_INT(o, name, lo, hi, v)                                                          \
+#define X_INT(o, name, ctype, lo, hi, v)                                                   \
 	do {                                                                               \
 		long long t_;                                                              \
-		if (x_int(o, name, lo, hi, #lo, #hi, &t_) < 0) return NULL;                \
+		if (int_arg(o, name, -1, lo, hi, ctype, &t_) < 0) return NULL;             \
 		v = (__typeof__(v))t_;                                                     \
 	} while (0)
-#define X_UINT(o, name, lo, hi, v)                                                         \
+#define X_UINT(o, name, ctype, hi, v)                                                      \
 	do {                                                                               \
 		unsigned long long t_;                                                     \
-		if (x_uint(o, name, hi, #hi, &t_) < 0) return NULL;                        \
+		if (x_uint(o, name, hi, ctype, &t_) < 0) return NULL;                      \
 		v = (__typeof__(v))t_;                                                     \
 	} while (0)
 
@@ -2334,7 +2288,7 @@ static int x_str(PyObject *v, const char *name, const char **out) {
 
 __attribute__((unused)) static int x_addr(PyObject *v, const char *name, void **out) {
 	unsigned long long a = 0;
-	if (v != Py_None && x_uint(v, name, UINTPTR_MAX, "UINTPTR_MAX", &a) < 0) return -1;
+	if (v != Py_None && x_uint(v, name, UINTPTR_MAX, "uintptr", &a) < 0) return -1;
 	*out = (void *)(uintptr_t)a;
 	return 0;
 }
@@ -2361,7 +2315,7 @@ static int x_seq(PyObject *v, const char *name, PyObject **fast, Py_ssize_t *n) 
 		*out = f ? buf : NULL;                                                                \
 		for (Py_ssize_t i = 0; i < n; i++) {                                                  \
 			long long x;                                                                  \
-			if (x_int(PyTuple_GetItem(f, i), name, LO, HI, #LO, #HI, &x) < 0) { \
+			if (int_arg(PyTuple_GetItem(f, i), name, (int)i, LO, HI, #T, &x) < 0) { \
 				Py_DECREF(f);                                                         \
 				return -1;                                                            \
 			}                                                                             \
@@ -2408,7 +2362,7 @@ static PyObject *x_tensor(uint64_t h, const dlb_info *info, uint64_t epoch) {
 // x_string returns the string at buf and frees it unless it is the
 // inline buffer; with rc non-zero it raises instead.
 static PyObject *x_string(char *buf, char *inline_buf, int32_t rc) {
-	PyObject *r = rc ? x_raise(rc) : PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+	PyObject *r = rc ? raise_last(rc) : PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
 	if (buf != inline_buf) PyMem_Free(buf);
 	return r;
 }
@@ -2420,13 +2374,13 @@ static PyObject *m_check(PyObject *mod, PyObject *arg) {
 	if (rc == -1 && PyErr_Occurred()) return NULL;
 	if (!rc) Py_RETURN_NONE;
 	NEED_LIBRARY(return NULL);
-	return x_raise((int32_t)rc);
+	return raise_last((int32_t)rc);
 }
 
 // buffer(obj, full): obj's buffer as (pointer, length, readonly) and, when
 // full, also (shape, strides or None, format, itemsize).
 static PyObject *m_buffer(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "buffer") < 0) return NULL;
+	if (need_args(nargs, 2, 2, "buffer") < 0) return NULL;
 	int full = PyObject_IsTrue(args[1]);
 	if (full < 0) return NULL;
 	Py_buffer b;

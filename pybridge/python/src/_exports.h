@@ -5,7 +5,7 @@
 // _core.c, which defines the helpers (x_*) and E, the table of exports.
 
 static PyObject *x_dlb_abi_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 0, "dlb_abi_version") < 0) return NULL;
+	if (need_args(nargs, 0, 0, "dlb_abi_version") < 0) return NULL;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.abi_version(); Py_END_ALLOW_THREADS
@@ -13,33 +13,33 @@ static PyObject *x_dlb_abi_version(PyObject *mod, PyObject *const *args, Py_ssiz
 }
 
 static PyObject *x_dlb_arange(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 4, "dlb_arange") < 0) return NULL;
-	int64_t a0; X_INT(args[0], "n", INT64_MIN, INT64_MAX, a0);
+	if (need_args(nargs, 4, 4, "dlb_arange") < 0) return NULL;
+	int64_t a0; X_INT(args[0], "n", "int64", INT64_MIN, INT64_MAX, a0);
 	const char *a1; if (x_str(args[1], "dtype", &a1) < 0) return NULL;
-	int32_t a2; X_INT(args[2], "devType", INT32_MIN, INT32_MAX, a2);
-	int32_t a3; X_INT(args[3], "devID", INT32_MIN, INT32_MAX, a3);
+	int32_t a2; X_INT(args[2], "devType", "int32", INT32_MIN, INT32_MAX, a2);
+	int32_t a3; X_INT(args[3], "devID", "int32", INT32_MIN, INT32_MAX, a3);
 	uint64_t a4 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a5;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.arange(a0, (char *)a1, a2, a3, &a4, &a5); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a4, &a5, epoch);
 }
 
 static PyObject *x_dlb_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_close") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_close") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.close(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_cuda_device_count(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 0, "dlb_cuda_device_count") < 0) return NULL;
+	if (need_args(nargs, 0, 0, "dlb_cuda_device_count") < 0) return NULL;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.cuda_device_count(); Py_END_ALLOW_THREADS
@@ -47,22 +47,22 @@ static PyObject *x_dlb_cuda_device_count(PyObject *mod, PyObject *const *args, P
 }
 
 static PyObject *x_dlb_debug_spin_write(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 3, "dlb_debug_spin_write") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	uint32_t a1; X_UINT(args[1], "value", 0, UINT32_MAX, a1);
-	int64_t a2; X_INT(args[2], "spinNS", INT64_MIN, INT64_MAX, a2);
+	if (need_args(nargs, 3, 3, "dlb_debug_spin_write") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	uint32_t a1; X_UINT(args[1], "value", "uint32", UINT32_MAX, a1);
+	int64_t a2; X_INT(args[2], "spinNS", "int64", INT64_MIN, INT64_MAX, a2);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.debug_spin_write(a0, a1, a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_dtype_name(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 3, "dlb_dtype_name") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "code", INT32_MIN, INT32_MAX, a0);
-	int32_t a1; X_INT(args[1], "bits", INT32_MIN, INT32_MAX, a1);
-	int32_t a2; X_INT(args[2], "lanes", INT32_MIN, INT32_MAX, a2);
+	if (need_args(nargs, 3, 3, "dlb_dtype_name") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "code", "int32", INT32_MIN, INT32_MAX, a0);
+	int32_t a1; X_INT(args[1], "bits", "int32", INT32_MIN, INT32_MAX, a1);
+	int32_t a2; X_INT(args[2], "lanes", "int32", INT32_MIN, INT32_MAX, a2);
 	char a3_[4096], *a3 = a3_; int64_t a3_cap = sizeof a3_;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
@@ -72,138 +72,138 @@ static PyObject *x_dlb_dtype_name(PyObject *mod, PyObject *const *args, Py_ssize
 }
 
 static PyObject *x_dlb_empty(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 6, "dlb_empty") < 0) return NULL;
+	if (need_args(nargs, 6, 6, "dlb_empty") < 0) return NULL;
 	const char *a0; if (x_str(args[0], "dtype", &a0) < 0) return NULL;
-	int32_t a1; X_INT(args[1], "ndim", INT32_MIN, INT32_MAX, a1);
+	int32_t a1; X_INT(args[1], "ndim", "int32", INT32_MIN, INT32_MAX, a1);
 	int64_t a2_[64], *a2; if (x_ints_int64(args[2], "shape", a2_, &a2) < 0) return NULL;
-	int32_t a3; X_INT(args[3], "devType", INT32_MIN, INT32_MAX, a3);
-	int32_t a4; X_INT(args[4], "devID", INT32_MIN, INT32_MAX, a4);
-	int32_t a5; X_INT(args[5], "zero", INT32_MIN, INT32_MAX, a5);
+	int32_t a3; X_INT(args[3], "devType", "int32", INT32_MIN, INT32_MAX, a3);
+	int32_t a4; X_INT(args[4], "devID", "int32", INT32_MIN, INT32_MAX, a4);
+	int32_t a5; X_INT(args[5], "zero", "int32", INT32_MIN, INT32_MAX, a5);
 	uint64_t a6 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a7;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.empty((char *)a0, a1, a2, a3, a4, a5, &a6, &a7); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a6, &a7, epoch);
 }
 
 static PyObject *x_dlb_event_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_event_close") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_event_close") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_close(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_event_device(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_event_device") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_event_device") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	int32_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_device(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromLongLong(a1);
 }
 
 static PyObject *x_dlb_event_elapsed(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_event_elapsed") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "start", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "end", 0, UINT64_MAX, a1);
+	if (need_args(nargs, 2, 2, "dlb_event_elapsed") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "start", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "end", "uint64", UINT64_MAX, a1);
 	double a2 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_elapsed(a0, a1, &a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyFloat_FromDouble(a2);
 }
 
 static PyObject *x_dlb_event_new(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_event_new") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "timing", INT32_MIN, INT32_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_event_new") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "timing", "int32", INT32_MIN, INT32_MAX, a0);
 	uint64_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_new(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a1);
 }
 
 static PyObject *x_dlb_event_query(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_event_query") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_event_query") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	int32_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_query(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromLongLong(a1);
 }
 
 static PyObject *x_dlb_event_record(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 3, "dlb_event_record") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "raw", 0, UINT64_MAX, a1);
-	int32_t a2; X_INT(args[2], "dev", INT32_MIN, INT32_MAX, a2);
+	if (need_args(nargs, 3, 3, "dlb_event_record") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "raw", "uint64", UINT64_MAX, a1);
+	int32_t a2; X_INT(args[2], "dev", "int32", INT32_MIN, INT32_MAX, a2);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_record(a0, a1, a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_event_synchronize(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_event_synchronize") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_event_synchronize") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_synchronize(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_event_wait(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 3, "dlb_event_wait") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "raw", 0, UINT64_MAX, a1);
-	int32_t a2; X_INT(args[2], "dev", INT32_MIN, INT32_MAX, a2);
+	if (need_args(nargs, 3, 3, "dlb_event_wait") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "raw", "uint64", UINT64_MAX, a1);
+	int32_t a2; X_INT(args[2], "dev", "int32", INT32_MIN, INT32_MAX, a2);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.event_wait(a0, a1, a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_fill(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_fill") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 2, 2, "dlb_fill") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	dlb_scalar a1; if (x_scalar_in(args[1], "value", &a1) < 0) return NULL;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.fill(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_from_memory(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 14, "dlb_from_memory") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "kind", INT32_MIN, INT32_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "ptr", 0, UINT64_MAX, a1);
-	int32_t a2; X_INT(args[2], "readonly", INT32_MIN, INT32_MAX, a2);
+	if (need_args(nargs, 14, 14, "dlb_from_memory") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "kind", "int32", INT32_MIN, INT32_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "ptr", "uint64", UINT64_MAX, a1);
+	int32_t a2; X_INT(args[2], "readonly", "int32", INT32_MIN, INT32_MAX, a2);
 	const char *a3; if (x_str(args[3], "typestr", &a3) < 0) return NULL;
-	int32_t a4; X_INT(args[4], "ndim", INT32_MIN, INT32_MAX, a4);
+	int32_t a4; X_INT(args[4], "ndim", "int32", INT32_MIN, INT32_MAX, a4);
 	int64_t a5_[64], *a5; if (x_ints_int64(args[5], "shape", a5_, &a5) < 0) return NULL;
 	int64_t a6_[64], *a6; if (x_ints_int64(args[6], "strides", a6_, &a6) < 0) return NULL;
-	int32_t a7; X_INT(args[7], "version", INT32_MIN, INT32_MAX, a7);
-	int32_t a8; X_INT(args[8], "hasStream", INT32_MIN, INT32_MAX, a8);
-	int64_t a9; X_INT(args[9], "stream", INT64_MIN, INT64_MAX, a9);
-	int32_t a10; X_INT(args[10], "hasMask", INT32_MIN, INT32_MAX, a10);
-	int32_t a11; X_INT(args[11], "devType", INT32_MIN, INT32_MAX, a11);
-	int32_t a12; X_INT(args[12], "devID", INT32_MIN, INT32_MAX, a12);
+	int32_t a7; X_INT(args[7], "version", "int32", INT32_MIN, INT32_MAX, a7);
+	int32_t a8; X_INT(args[8], "hasStream", "int32", INT32_MIN, INT32_MAX, a8);
+	int64_t a9; X_INT(args[9], "stream", "int64", INT64_MIN, INT64_MAX, a9);
+	int32_t a10; X_INT(args[10], "hasMask", "int32", INT32_MIN, INT32_MAX, a10);
+	int32_t a11; X_INT(args[11], "devType", "int32", INT32_MIN, INT32_MAX, a11);
+	int32_t a12; X_INT(args[12], "devID", "int32", INT32_MIN, INT32_MAX, a12);
 	PyObject *a13 = args[13] == Py_None ? NULL : args[13];
 	uint64_t a14 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
@@ -212,23 +212,23 @@ static PyObject *x_dlb_from_memory(PyObject *mod, PyObject *const *args, Py_ssiz
 	Py_XINCREF(a13); // the export owns this reference
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.from_memory(a0, a1, a2, (char *)a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, &a14, &a15); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a14, &a15, epoch);
 }
 
 static PyObject *x_dlb_from_pointer(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 12, "dlb_from_pointer") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "ptr", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 12, 12, "dlb_from_pointer") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "ptr", "uint64", UINT64_MAX, a0);
 	const char *a1; if (x_str(args[1], "dtype", &a1) < 0) return NULL;
-	int32_t a2; X_INT(args[2], "ndim", INT32_MIN, INT32_MAX, a2);
+	int32_t a2; X_INT(args[2], "ndim", "int32", INT32_MIN, INT32_MAX, a2);
 	int64_t a3_[64], *a3; if (x_ints_int64(args[3], "shape", a3_, &a3) < 0) return NULL;
 	int64_t a4_[64], *a4; if (x_ints_int64(args[4], "strides", a4_, &a4) < 0) return NULL;
-	int32_t a5; X_INT(args[5], "devType", INT32_MIN, INT32_MAX, a5);
-	int32_t a6; X_INT(args[6], "devID", INT32_MIN, INT32_MAX, a6);
-	int32_t a7; X_INT(args[7], "readonly", INT32_MIN, INT32_MAX, a7);
-	int32_t a8; X_INT(args[8], "hasStream", INT32_MIN, INT32_MAX, a8);
-	uint64_t a9; X_UINT(args[9], "stream", 0, UINT64_MAX, a9);
-	int32_t a10; X_INT(args[10], "verify", INT32_MIN, INT32_MAX, a10);
+	int32_t a5; X_INT(args[5], "devType", "int32", INT32_MIN, INT32_MAX, a5);
+	int32_t a6; X_INT(args[6], "devID", "int32", INT32_MIN, INT32_MAX, a6);
+	int32_t a7; X_INT(args[7], "readonly", "int32", INT32_MIN, INT32_MAX, a7);
+	int32_t a8; X_INT(args[8], "hasStream", "int32", INT32_MIN, INT32_MAX, a8);
+	uint64_t a9; X_UINT(args[9], "stream", "uint64", UINT64_MAX, a9);
+	int32_t a10; X_INT(args[10], "verify", "int32", INT32_MIN, INT32_MAX, a10);
 	PyObject *a11 = args[11] == Py_None ? NULL : args[11];
 	uint64_t a12 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
@@ -237,12 +237,12 @@ static PyObject *x_dlb_from_pointer(PyObject *mod, PyObject *const *args, Py_ssi
 	Py_XINCREF(a11); // the export owns this reference
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.from_pointer(a0, (char *)a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, &a12, &a13); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a12, &a13, epoch);
 }
 
 static PyObject *x_dlb_func_count(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 0, "dlb_func_count") < 0) return NULL;
+	if (need_args(nargs, 0, 0, "dlb_func_count") < 0) return NULL;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.func_count(); Py_END_ALLOW_THREADS
@@ -250,8 +250,8 @@ static PyObject *x_dlb_func_count(PyObject *mod, PyObject *const *args, Py_ssize
 }
 
 static PyObject *x_dlb_func_describe(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_func_describe") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "i", INT32_MIN, INT32_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_func_describe") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "i", "int32", INT32_MIN, INT32_MAX, a0);
 	char a1_[4096], *a1 = a1_; int64_t a1_cap = sizeof a1_;
 	int64_t a3 = 0;
 	NEED_LIBRARY(return NULL);
@@ -267,9 +267,9 @@ static PyObject *x_dlb_func_describe(PyObject *mod, PyObject *const *args, Py_ss
 }
 
 static PyObject *x_dlb_index(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 3, "dlb_index") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	int32_t a1; X_INT(args[1], "n", INT32_MIN, INT32_MAX, a1);
+	if (need_args(nargs, 3, 3, "dlb_index") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	int32_t a1; X_INT(args[1], "n", "int32", INT32_MIN, INT32_MAX, a1);
 	dlb_index_item a2_[64], *a2; if (x_items(args[2], "items", a2_, &a2) < 0) return NULL;
 	uint64_t a3 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
@@ -277,229 +277,229 @@ static PyObject *x_dlb_index(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.index(a0, a1, a2, &a3, &a4); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a3, &a4, epoch);
 }
 
 static PyObject *x_dlb_ipc_accept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_accept") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "l", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_accept") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "l", "uint64", UINT64_MAX, a0);
 	uint64_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_accept(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a1);
 }
 
 static PyObject *x_dlb_ipc_claim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_ipc_claim") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "token", 0, UINT64_MAX, a1);
+	if (need_args(nargs, 2, 2, "dlb_ipc_claim") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "conn", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "token", "uint64", UINT64_MAX, a1);
 	uint64_t a2 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a3;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_claim(a0, a1, &a2, &a3); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a2, &a3, epoch);
 }
 
 static PyObject *x_dlb_ipc_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_close") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_close") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_close(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_ipc_dial(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_dial") < 0) return NULL;
+	if (need_args(nargs, 1, 1, "dlb_ipc_dial") < 0) return NULL;
 	const char *a0; if (x_str(args[0], "path", &a0) < 0) return NULL;
 	uint64_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_dial((char *)a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a1);
 }
 
 static PyObject *x_dlb_ipc_leases(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_leases") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_leases") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "conn", "uint64", UINT64_MAX, a0);
 	int64_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_leases(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromLongLong(a1);
 }
 
 static PyObject *x_dlb_ipc_listen(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_listen") < 0) return NULL;
+	if (need_args(nargs, 1, 1, "dlb_ipc_listen") < 0) return NULL;
 	const char *a0; if (x_str(args[0], "path", &a0) < 0) return NULL;
 	uint64_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_listen((char *)a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a1);
 }
 
 static PyObject *x_dlb_ipc_mapped(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_mapped") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_mapped") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "conn", "uint64", UINT64_MAX, a0);
 	int64_t a1[2] = {0};
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_mapped(a0, a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]));
 }
 
 static PyObject *x_dlb_ipc_offer(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 5, "dlb_ipc_offer") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "srv", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "pool", 0, UINT64_MAX, a1);
-	uint64_t a2; X_UINT(args[2], "h", 0, UINT64_MAX, a2);
-	int64_t a3; X_INT(args[3], "ttlMS", INT64_MIN, INT64_MAX, a3);
-	int32_t a4; X_INT(args[4], "uses", INT32_MIN, INT32_MAX, a4);
+	if (need_args(nargs, 5, 5, "dlb_ipc_offer") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "srv", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "pool", "uint64", UINT64_MAX, a1);
+	uint64_t a2; X_UINT(args[2], "h", "uint64", UINT64_MAX, a2);
+	int64_t a3; X_INT(args[3], "ttlMS", "int64", INT64_MIN, INT64_MAX, a3);
+	int32_t a4; X_INT(args[4], "uses", "int32", INT32_MIN, INT32_MAX, a4);
 	uint64_t a5 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_offer(a0, a1, a2, a3, a4, &a5); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a5);
 }
 
 static PyObject *x_dlb_ipc_pool_cached(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_pool_cached") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_pool_cached") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "pool", "uint64", UINT64_MAX, a0);
 	int64_t a1[2] = {0};
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_cached(a0, a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]));
 }
 
 static PyObject *x_dlb_ipc_pool_copy_in(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_ipc_pool_copy_in") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "h", 0, UINT64_MAX, a1);
+	if (need_args(nargs, 2, 2, "dlb_ipc_pool_copy_in") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "pool", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "h", "uint64", UINT64_MAX, a1);
 	uint64_t a2 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a3;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_copy_in(a0, a1, &a2, &a3); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a2, &a3, epoch);
 }
 
 static PyObject *x_dlb_ipc_pool_empty(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 5, "dlb_ipc_pool_empty") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 5, 5, "dlb_ipc_pool_empty") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "pool", "uint64", UINT64_MAX, a0);
 	const char *a1; if (x_str(args[1], "dtype", &a1) < 0) return NULL;
-	int32_t a2; X_INT(args[2], "ndim", INT32_MIN, INT32_MAX, a2);
+	int32_t a2; X_INT(args[2], "ndim", "int32", INT32_MIN, INT32_MAX, a2);
 	int64_t a3_[64], *a3; if (x_ints_int64(args[3], "shape", a3_, &a3) < 0) return NULL;
-	int32_t a4; X_INT(args[4], "zero", INT32_MIN, INT32_MAX, a4);
+	int32_t a4; X_INT(args[4], "zero", "int32", INT32_MIN, INT32_MAX, a4);
 	uint64_t a5 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a6;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_empty(a0, (char *)a1, a2, a3, a4, &a5, &a6); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a5, &a6, epoch);
 }
 
 static PyObject *x_dlb_ipc_pool_new(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_ipc_pool_new") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "dev", INT32_MIN, INT32_MAX, a0);
-	int64_t a1; X_INT(args[1], "limit", INT64_MIN, INT64_MAX, a1);
+	if (need_args(nargs, 2, 2, "dlb_ipc_pool_new") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "dev", "int32", INT32_MIN, INT32_MAX, a0);
+	int64_t a1; X_INT(args[1], "limit", "int64", INT64_MIN, INT64_MAX, a1);
 	uint64_t a2 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_new(a0, a1, &a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a2);
 }
 
 static PyObject *x_dlb_ipc_pool_trim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_pool_trim") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_pool_trim") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "pool", "uint64", UINT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_trim(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_ipc_pool_usage(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_pool_usage") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "pool", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_pool_usage") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "pool", "uint64", UINT64_MAX, a0);
 	int64_t a1[3] = {0};
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_usage(a0, a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NNN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]), PyLong_FromLongLong(a1[2]));
 }
 
 static PyObject *x_dlb_ipc_recv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_recv") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_ipc_recv") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "conn", "uint64", UINT64_MAX, a0);
 	uint64_t a1 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a2;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_recv(a0, &a1, &a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a1, &a2, epoch);
 }
 
 static PyObject *x_dlb_ipc_send(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 4, "dlb_ipc_send") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "conn", 0, UINT64_MAX, a0);
-	uint64_t a1; X_UINT(args[1], "pool", 0, UINT64_MAX, a1);
-	uint64_t a2; X_UINT(args[2], "h", 0, UINT64_MAX, a2);
-	int64_t a3; X_INT(args[3], "stream", INT64_MIN, INT64_MAX, a3);
+	if (need_args(nargs, 4, 4, "dlb_ipc_send") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "conn", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "pool", "uint64", UINT64_MAX, a1);
+	uint64_t a2; X_UINT(args[2], "h", "uint64", UINT64_MAX, a2);
+	int64_t a3; X_INT(args[3], "stream", "int64", INT64_MIN, INT64_MAX, a3);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_send(a0, a1, a2, a3); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_ipc_serve(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_ipc_serve") < 0) return NULL;
+	if (need_args(nargs, 1, 1, "dlb_ipc_serve") < 0) return NULL;
 	const char *a0; if (x_str(args[0], "path", &a0) < 0) return NULL;
 	uint64_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_serve((char *)a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a1);
 }
 
 static PyObject *x_dlb_is_pinned(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_is_pinned") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_is_pinned") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	int32_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.is_pinned(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromLongLong(a1);
 }
 
 static PyObject *x_dlb_parse_dtype(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_parse_dtype") < 0) return NULL;
+	if (need_args(nargs, 1, 1, "dlb_parse_dtype") < 0) return NULL;
 	const char *a0; if (x_str(args[0], "s", &a0) < 0) return NULL;
 	int32_t a1 = 0;
 	int32_t a2 = 0;
@@ -507,14 +507,14 @@ static PyObject *x_dlb_parse_dtype(PyObject *mod, PyObject *const *args, Py_ssiz
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.parse_dtype((char *)a0, &a1, &a2, &a3); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NNN)", PyLong_FromLongLong(a1), PyLong_FromLongLong(a2), PyLong_FromLongLong(a3));
 }
 
 static PyObject *x_dlb_permute(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 3, "dlb_permute") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
-	int32_t a1; X_INT(args[1], "n", INT32_MIN, INT32_MAX, a1);
+	if (need_args(nargs, 3, 3, "dlb_permute") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	int32_t a1; X_INT(args[1], "n", "int32", INT32_MIN, INT32_MAX, a1);
 	int32_t a2_[64], *a2; if (x_ints_int32(args[2], "order", a2_, &a2) < 0) return NULL;
 	uint64_t a3 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
@@ -522,162 +522,162 @@ static PyObject *x_dlb_permute(PyObject *mod, PyObject *const *args, Py_ssize_t 
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.permute(a0, a1, a2, &a3, &a4); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a3, &a4, epoch);
 }
 
 static PyObject *x_dlb_pin_memory(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_pin_memory") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_pin_memory") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	uint64_t a1 = 0;
 	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
 	dlb_info a2;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.pin_memory(a0, &a1, &a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_tensor(a1, &a2, epoch);
 }
 
 static PyObject *x_dlb_pool_stats(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_pool_stats") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "dev", INT32_MIN, INT32_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_pool_stats") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "dev", "int32", INT32_MIN, INT32_MAX, a0);
 	int64_t a1[5] = {0};
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.pool_stats(a0, a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NNNNN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]), PyLong_FromLongLong(a1[2]), PyLong_FromLongLong(a1[3]), PyLong_FromLongLong(a1[4]));
 }
 
 static PyObject *x_dlb_set_pinned_pool_limit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_set_pinned_pool_limit") < 0) return NULL;
-	int64_t a0; X_INT(args[0], "n", INT64_MIN, INT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_set_pinned_pool_limit") < 0) return NULL;
+	int64_t a0; X_INT(args[0], "n", "int64", INT64_MIN, INT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.set_pinned_pool_limit(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_stats(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 0, "dlb_stats") < 0) return NULL;
+	if (need_args(nargs, 0, 0, "dlb_stats") < 0) return NULL;
 	int64_t a0 = 0;
 	int64_t a1 = 0;
 	int64_t a2 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stats(&a0, &a1, &a2); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NNN)", PyLong_FromLongLong(a0), PyLong_FromLongLong(a1), PyLong_FromLongLong(a2));
 }
 
 static PyObject *x_dlb_stream_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_stream_close") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_stream_close") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stream_close(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_stream_new(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 2, "dlb_stream_new") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "dev", INT32_MIN, INT32_MAX, a0);
-	int32_t a1; X_INT(args[1], "priority", INT32_MIN, INT32_MAX, a1);
+	if (need_args(nargs, 2, 2, "dlb_stream_new") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "dev", "int32", INT32_MIN, INT32_MAX, a0);
+	int32_t a1; X_INT(args[1], "priority", "int32", INT32_MIN, INT32_MAX, a1);
 	uint64_t a2 = 0;
 	uint64_t a3 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stream_new(a0, a1, &a2, &a3); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NN)", PyLong_FromUnsignedLongLong(a2), PyLong_FromUnsignedLongLong(a3));
 }
 
 static PyObject *x_dlb_stream_priority(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_stream_priority") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_stream_priority") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	int32_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stream_priority(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromLongLong(a1);
 }
 
 static PyObject *x_dlb_stream_query(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_stream_query") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_stream_query") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	int32_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stream_query(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return PyLong_FromLongLong(a1);
 }
 
 static PyObject *x_dlb_stream_stats(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 0, "dlb_stream_stats") < 0) return NULL;
+	if (need_args(nargs, 0, 0, "dlb_stream_stats") < 0) return NULL;
 	int64_t a0 = 0;
 	int64_t a1 = 0;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stream_stats(&a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return Py_BuildValue("(NN)", PyLong_FromLongLong(a0), PyLong_FromLongLong(a1));
 }
 
 static PyObject *x_dlb_stream_synchronize(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_stream_synchronize") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_stream_synchronize") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stream_synchronize(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_stream_wait(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 4, "dlb_stream_wait") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "consumer", 0, UINT64_MAX, a0);
-	int32_t a1; X_INT(args[1], "cdev", INT32_MIN, INT32_MAX, a1);
-	uint64_t a2; X_UINT(args[2], "producer", 0, UINT64_MAX, a2);
-	int32_t a3; X_INT(args[3], "pdev", INT32_MIN, INT32_MAX, a3);
+	if (need_args(nargs, 4, 4, "dlb_stream_wait") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "consumer", "uint64", UINT64_MAX, a0);
+	int32_t a1; X_INT(args[1], "cdev", "int32", INT32_MIN, INT32_MAX, a1);
+	uint64_t a2; X_UINT(args[2], "producer", "uint64", UINT64_MAX, a2);
+	int32_t a3; X_INT(args[3], "pdev", "int32", INT32_MIN, INT32_MAX, a3);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.stream_wait(a0, a1, a2, a3); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_sum(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_sum") < 0) return NULL;
-	uint64_t a0; X_UINT(args[0], "h", 0, UINT64_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_sum") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	dlb_scalar a1;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.sum(a0, &a1); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	return x_scalar_out(&a1);
 }
 
 static PyObject *x_dlb_synchronize(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_synchronize") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "dev", INT32_MIN, INT32_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_synchronize") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "dev", "int32", INT32_MIN, INT32_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.synchronize(a0); Py_END_ALLOW_THREADS
-	if (r) return x_raise(r);
+	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_typestr(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 4, "dlb_typestr") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "code", INT32_MIN, INT32_MAX, a0);
-	int32_t a1; X_INT(args[1], "bits", INT32_MIN, INT32_MAX, a1);
-	int32_t a2; X_INT(args[2], "lanes", INT32_MIN, INT32_MAX, a2);
-	int32_t a3; X_INT(args[3], "padded", INT32_MIN, INT32_MAX, a3);
+	if (need_args(nargs, 4, 4, "dlb_typestr") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "code", "int32", INT32_MIN, INT32_MAX, a0);
+	int32_t a1; X_INT(args[1], "bits", "int32", INT32_MIN, INT32_MAX, a1);
+	int32_t a2; X_INT(args[2], "lanes", "int32", INT32_MIN, INT32_MAX, a2);
+	int32_t a3; X_INT(args[3], "padded", "int32", INT32_MIN, INT32_MAX, a3);
 	char a4_[4096], *a4 = a4_; int64_t a4_cap = sizeof a4_;
 	NEED_LIBRARY(return NULL);
 	int32_t r;
@@ -687,8 +687,8 @@ static PyObject *x_dlb_typestr(PyObject *mod, PyObject *const *args, Py_ssize_t 
 }
 
 static PyObject *x_dlb_work_stream(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (x_nargs(nargs, 1, "dlb_work_stream") < 0) return NULL;
-	int32_t a0; X_INT(args[0], "id", INT32_MIN, INT32_MAX, a0);
+	if (need_args(nargs, 1, 1, "dlb_work_stream") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "id", "int32", INT32_MIN, INT32_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int64_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.work_stream(a0); Py_END_ALLOW_THREADS

@@ -436,7 +436,7 @@ def test_cuda_call_runs_on_the_callers_stream(driver):
     got, pending = ops.pytest.stream_of(x, stream=s)
     assert got == s.cuda_stream
     got, _ = ops.pytest.stream_of(x)  # no stream named: dlbridge's own work stream
-    assert got == _lib.work_stream(0)
+    assert got == _lib._core.dlb_work_stream(0)
     ops.gofunc.axpy(y, x, 2.0, stream=s)
     s.synchronize()
     assert np.from_dlpack(y.to("cpu")).tolist() == [1 + 2 * i for i in range(8)]

@@ -52,7 +52,7 @@ def fake_lib(tmp_path_factory):
 PRELUDE = r'''
 import ctypes, os, struct
 import dlbridge
-from dlbridge import _tensor
+from dlbridge import _lib
 assert dlbridge.cuda_available() and dlbridge.cuda_device_count() == 2
 fake = ctypes.CDLL(os.environ["DLBRIDGE_LIBCUDA"])
 fake.fakecuda_order_log.restype = ctypes.c_int
@@ -61,7 +61,7 @@ vp, u64 = ctypes.c_void_p, ctypes.c_uint64
 ctx = vp()
 assert fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
 assert fake.cuCtxSetCurrent(ctx) == 0
-WORK = _tensor._work_stream(0)
+WORK = _lib._core.dlb_work_stream(0)
 NAMES = {WORK: "work", 1: "legacy", 2: "per-thread"}
 
 def new_stream(name):
