@@ -322,10 +322,13 @@ func classify(e export) ([]arg, error) {
 	return as, nil
 }
 
-var limits = map[string][2]string{
-	"int32_t": {"INT32_MIN", "INT32_MAX"}, "int": {"INT_MIN", "INT_MAX"}, "int64_t": {"INT64_MIN", "INT64_MAX"},
-	"uint8_t": {"0", "UINT8_MAX"}, "uint16_t": {"0", "UINT16_MAX"}, "uint32_t": {"0", "UINT32_MAX"},
-	"uint64_t": {"0", "UINT64_MAX"},
+// The inputs filled by a helper x_F(arg, name, &v): v's declaration and
+// how the call passes v.
+var inputs = map[string]struct{ decl, helper, pass string }{
+	"d": {"double %s", "x_double", "%s"},
+	"s": {"const char *%s", "x_str", "(char *)%s"},
+	"p": {"void *%s", "x_addr", "%s"},
+	"V": {"dlb_scalar %s", "x_scalar_in", "&%s"},
 }
 
 func wrappers(exs []export) ([]byte, error) {
@@ -352,47 +355,32 @@ func wrappers(exs []export) ([]byte, error) {
 			v := fmt.Sprintf("a%d", i)
 			p := a.p
 			switch a.kind {
-			case "i", "u":
-				lim := limits[p.base]
-				mac := "X_INT"
-				if a.kind == "u" {
-					mac = "X_UINT"
+			case "i", "u", "d", "s", "a", "o", "p", "V", "I":
+				var c string
+				pass := v
+				// INT32_MIN, UINT64_MAX, INT_MAX: <stdint.h>'s and <limits.h>'s names.
+				short := strings.TrimSuffix(p.base, "_t")
+				up := strings.ToUpper(short)
+				switch a.kind {
+				case "i":
+					c = fmt.Sprintf("%s %s; X_INT(args[%d], %q, %q, %s_MIN, %s_MAX, %s);", p.base, v, nin, p.name, short, up, up, v)
+				case "u":
+					c = fmt.Sprintf("%s %s; X_UINT(args[%d], %q, %q, %s_MAX, %s);", p.base, v, nin, p.name, short, up, v)
+				case "o":
+					c = fmt.Sprintf("PyObject *%s = args[%d] == Py_None ? NULL : args[%d];", v, nin, nin)
+				case "a", "I":
+					helper := "x_ints_" + short
+					if a.kind == "I" {
+						helper = "x_items"
+					}
+					c = fmt.Sprintf("%s %s_[64], *%s; if (%s(args[%d], %q, %s_, &%s) < 0) return NULL;", p.base, v, v, helper, nin, p.name, v, v)
+				default:
+					in := inputs[a.kind]
+					c = fmt.Sprintf(in.decl+"; if (%s(args[%d], %q, &%s) < 0) return NULL;", v, in.helper, nin, p.name, v)
+					pass = fmt.Sprintf(in.pass, v)
 				}
-				bounds := lim[0] + ", " + lim[1]
-				if a.kind == "u" {
-					bounds = lim[1]
-				}
-				conv = append(conv, fmt.Sprintf("%s %s; %s(args[%d], %q, %q, %s, %s);", p.base, v, mac, nin, p.name, strings.TrimSuffix(p.base, "_t"), bounds, v))
-				call = append(call, v)
-				nin++
-			case "d":
-				conv = append(conv, fmt.Sprintf("double %s; if (x_double(args[%d], %q, &%s) < 0) return NULL;", v, nin, p.name, v))
-				call = append(call, v)
-				nin++
-			case "s":
-				conv = append(conv, fmt.Sprintf("const char *%s; if (x_str(args[%d], %q, &%s) < 0) return NULL;", v, nin, p.name, v))
-				call = append(call, "(char *)"+v)
-				nin++
-			case "a":
-				conv = append(conv, fmt.Sprintf("%s %s_[64], *%s; if (x_ints_%s(args[%d], %q, %s_, &%s) < 0) return NULL;",
-					p.base, v, v, strings.TrimSuffix(p.base, "_t"), nin, p.name, v, v))
-				call = append(call, v)
-				nin++
-			case "o":
-				conv = append(conv, fmt.Sprintf("PyObject *%s = args[%d] == Py_None ? NULL : args[%d];", v, nin, nin))
-				call = append(call, v)
-				nin++
-			case "p":
-				conv = append(conv, fmt.Sprintf("void *%s; if (x_addr(args[%d], %q, &%s) < 0) return NULL;", v, nin, p.name, v))
-				call = append(call, v)
-				nin++
-			case "V":
-				conv = append(conv, fmt.Sprintf("dlb_scalar %s; if (x_scalar_in(args[%d], %q, &%s) < 0) return NULL;", v, nin, p.name, v))
-				call = append(call, "&"+v)
-				nin++
-			case "I":
-				conv = append(conv, fmt.Sprintf("dlb_index_item %s_[64], *%s; if (x_items(args[%d], %q, %s_, &%s) < 0) return NULL;", v, v, nin, p.name, v, v))
-				call = append(call, v)
+				conv = append(conv, c)
+				call = append(call, pass)
 				nin++
 			case "S":
 				decl = append(decl, fmt.Sprintf("char %s_[4096], *%s = %s_; int64_t %s_cap = sizeof %s_;", v, v, v, v, v))
