@@ -78,7 +78,8 @@ def _open():
             continue
         _refuse_second_runtime(path)
         try:
-            return _core.load(path), path
+            _core.load(path)
+            return path
         except OSError as e:
             from ._loaderr import explain
 
@@ -186,17 +187,17 @@ def _bind():
     """Open the library in the extension and check its ABI; returns the
     module globals to set."""
     global _opened
-    in_python, path = _open()
+    path = _open()
     _opened = True  # the Go runtime is running from here on
     version = _core.dlb_abi_version()
     if version != ABI_VERSION:
         raise ImportError("dlbridge: %s has ABI version %d, this package needs %d: rebuild the library"
                           % (path, version, ABI_VERSION))
-    return {"path": path, "IN_PYTHON": bool(in_python)}
+    return {"path": path}
 
 
 # The names _bind sets: reading one of them loads the library.
-_LAZY = frozenset(["path", "IN_PYTHON"])
+_LAZY = frozenset(["path"])
 
 _lock = _thread.allocate_lock()
 _started = False  # the library is being loaded or was loaded in this process

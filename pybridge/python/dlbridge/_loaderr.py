@@ -20,7 +20,6 @@ import platform
 import re
 import struct
 import sys
-import warnings
 from typing import Dict, List, Optional, Set, Tuple, TypedDict
 
 # ELF e_machine values -> the names of platform.machine() and wheel tags.

@@ -25,7 +25,6 @@ import json
 import os
 import sys
 
-from . import _convert as C
 from . import _lib
 
 # Parameter and result kinds, as _core's make_function numbers them.

@@ -23,7 +23,7 @@
 // a reference of their own.
 //
 // Fork. In a child forked after the library was loaded the Go runtime is
-// gone (pyabi.h's forked flag): every call that would enter Go raises
+// gone (capi/pyext.c's dlb_forked_flag): every call that would enter Go raises
 // RuntimeError instead, and releasing a keeper there frees nothing of Go's.
 //
 // Free-threaded CPython: the module does not declare Py_mod_gil, so such an
@@ -93,7 +93,6 @@ static dlb_exports E;
 static struct {
 	int loaded;
 	const char *(*last_error)(void);
-	int (*py_init)(void);
 	_Atomic int64_t *fast_made, *fast_live; // the extension's own DLPack exports: made, still alive
 	const _Atomic int *forked;              // set in a child forked after the library was loaded
 } L;
@@ -1471,15 +1470,14 @@ static PyObject *m_load(PyObject *mod, PyObject *arg) {
 			return NULL;
 		}
 	}
-	if (!(*(void **)&L.last_error = dlsym(h, "dlb_last_error")) || !(*(void **)&L.py_init = dlsym(h, "dlb_py_init")) ||
+	if (!(*(void **)&L.last_error = dlsym(h, "dlb_last_error")) ||
 	    !(L.fast_made = dlsym(h, "dlb_fast_made")) || !(L.fast_live = dlsym(h, "dlb_fast_live")) ||
 	    !(L.forked = dlsym(h, "dlb_forked_flag"))) {
 		PyErr_Format(PyExc_ImportError, "dlbridge: %s lacks dlbridge's C functions: rebuild it", path);
 		return NULL;
 	}
 	L.loaded = 1;
-	int in_python = L.py_init();
-	return PyBool_FromLong(in_python);
+	Py_RETURN_NONE;
 }
 
 // bound() reports whether a library is bound (for tests of lazy loading).
@@ -2422,7 +2420,7 @@ static PyMethodDef module_methods[] = {
 	 "set_call_helpers(asarray, stream_of, finish, describe): what calls of Go functions use."},
 	{"check", m_check, METH_O, "check(rc): raise the exception of a non-zero status, with Go's message."},
 	{"buffer", (PyCFunction)(void (*)(void))m_buffer, METH_FASTCALL, "buffer(obj, full): obj's buffer protocol view."},
-	{"load", m_load, METH_O, "load(path): open the library at path; whether it found CPython's functions."},
+	{"load", m_load, METH_O, "load(path): open the library at path and bind its exports."},
 	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
 	{NULL, NULL, 0, NULL},
 };
