@@ -43,6 +43,16 @@ func parseDType(s *C.char) (dlpack.DataType, error) {
 	return dt, nil
 }
 
+// layout is a tensor's dtype and shape from C.
+func layout(dtype *C.char, shape *C.int64_t, ndim C.int32_t) (dlpack.DataType, []int64, error) {
+	dt, err := parseDType(dtype)
+	if err != nil {
+		return dt, nil, err
+	}
+	sh, err := int64s(shape, ndim)
+	return dt, sh, err
+}
+
 func int64s(p *C.int64_t, n C.int32_t) ([]int64, error) {
 	if n < 0 || n > dlpack.MaxNDim {
 		return nil, pybridge.Errorf(pybridge.ValueError, "dlbridge: ndim %d out of range (0..%d)", int(n), dlpack.MaxNDim)
@@ -113,6 +123,19 @@ func publish(v *zerocopy.View, out *C.uint64_t, info *C.dlb_info) error {
 // borrow is pybridge.Borrow for a C handle.
 func borrow(h C.uint64_t) (*pybridge.Tensor, error) { return pybridge.Borrow(pybridge.Handle(h)) }
 
+// withTensor is fence for an entry point over tensor h: fn gets h's
+// tensor, borrowed for the call.
+func withTensor(h C.uint64_t, fn func(t *pybridge.Tensor) error) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		return fn(t)
+	})
+}
+
 // dlb_work_stream is the CUDA stream Go-side operations on device id use, a
 // non-blocking stream of dlbridge's own (1, the legacy default stream, only
 // when the device cannot be used); importers pass it to
@@ -129,11 +152,7 @@ func dlb_cuda_device_count() C.int32_t { return C.int32_t(pybridge.CUDADeviceCou
 //export dlb_empty
 func dlb_empty(dtype *C.char, ndim C.int32_t, shape *C.int64_t, devType, devID C.int32_t, zero C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		dt, err := parseDType(dtype)
-		if err != nil {
-			return err
-		}
-		sh, err := int64s(shape, ndim)
+		dt, sh, err := layout(dtype, shape, ndim)
 		if err != nil {
 			return err
 		}
@@ -163,12 +182,7 @@ func dlb_arange(n C.int64_t, dtype *C.char, devType, devID C.int32_t, out *C.uin
 //dlb:nopy
 //export dlb_info_get
 func dlb_info_get(h C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		fillInfo(t.View, t.View.Stream(), info)
 		return nil
 	})
@@ -182,12 +196,7 @@ func dlb_close(h C.uint64_t) C.int32_t {
 //dlb:nopy
 //export dlb_export
 func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, hasDevice, devType, devID, copyMode C.int32_t, out *unsafe.Pointer) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		p, err := pybridge.Export(t, pybridge.ExportRequest{
 			Versioned: versioned != 0, HasStream: hasStream != 0, Stream: int64(stream),
 			HasDevice: hasDevice != 0, Device: device(devType, devID), Copy: pybridge.CopyMode(copyMode),
@@ -365,12 +374,7 @@ func valueIn(s *C.dlb_scalar) (zerocopy.Value, error) {
 
 //export dlb_fill
 func dlb_fill(h C.uint64_t, value *C.dlb_scalar) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		x, err := valueIn(value)
 		if err != nil {
 			return err
@@ -381,12 +385,7 @@ func dlb_fill(h C.uint64_t, value *C.dlb_scalar) C.int32_t {
 
 //export dlb_sum
 func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		x, err := pybridge.Sum(t)
 		if err != nil {
 			return err
@@ -528,12 +527,7 @@ func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBloc
 //dlb:nopy
 //export dlb_order_before
 func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		return pybridge.OrderBefore(t, uintptr(stream))
 	})
 }
@@ -542,12 +536,7 @@ func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
 //
 //export dlb_pin_memory
 func dlb_pin_memory(h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		v, err := pybridge.PinMemory(t)
 		if err != nil {
 			return err
@@ -560,12 +549,7 @@ func dlb_pin_memory(h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 //
 //export dlb_is_pinned
 func dlb_is_pinned(h C.uint64_t, out *C.int32_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		*out = 0
 		if pybridge.IsPinned(t) {
 			*out = 1
@@ -604,12 +588,7 @@ func dlb_set_pinned_pool_limit(n C.int64_t) C.int32_t {
 //
 //export dlb_index
 func dlb_index(h C.uint64_t, n C.int32_t, items *C.dlb_index_item, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		if n < 0 || n > 2*dlpack.MaxNDim || (n > 0 && items == nil) {
 			return pybridge.Errorf(pybridge.IndexError, "dlbridge: %d index items", int(n))
 		}
@@ -673,12 +652,7 @@ func applyIndex(v *zerocopy.View, items []C.dlb_index_item) (*zerocopy.View, err
 
 //export dlb_permute
 func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		if n < 0 || n > dlpack.MaxNDim || (n > 0 && order == nil) {
 			return pybridge.Errorf(pybridge.ValueError, "dlbridge: permute order of %d dims", int(n))
 		}
@@ -722,12 +696,7 @@ func dlb_stats(liveTensors, liveExports, deleterCalls *C.int64_t) C.int32_t {
 //
 //export dlb_debug_spin_write
 func dlb_debug_spin_write(h C.uint64_t, value C.uint32_t, spinNS C.int64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		return pybridge.DebugSpinWrite(t, uint32(value), time.Duration(spinNS))
 	})
 }

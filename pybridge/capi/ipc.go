@@ -30,11 +30,7 @@ func dlb_ipc_pool_new(dev C.int32_t, limit C.int64_t, out *C.uint64_t) C.int32_t
 //export dlb_ipc_pool_empty
 func dlb_ipc_pool_empty(pool C.uint64_t, dtype *C.char, ndim C.int32_t, shape *C.int64_t, zero C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		dt, err := parseDType(dtype)
-		if err != nil {
-			return err
-		}
-		sh, err := int64s(shape, ndim)
+		dt, sh, err := layout(dtype, shape, ndim)
 		if err != nil {
 			return err
 		}
@@ -48,12 +44,7 @@ func dlb_ipc_pool_empty(pool C.uint64_t, dtype *C.char, ndim C.int32_t, shape *C
 
 //export dlb_ipc_pool_copy_in
 func dlb_ipc_pool_copy_in(pool, h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		v, err := pybridge.IPCPoolCopyIn(pybridge.Handle(pool), t)
 		if err != nil {
 			return err
@@ -142,12 +133,7 @@ func dlb_ipc_serve(path *C.char, out *C.uint64_t) C.int32_t {
 
 //export dlb_ipc_offer
 func dlb_ipc_offer(srv, pool, h C.uint64_t, ttlMS C.int64_t, uses C.int32_t, out *C.uint64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		tok, err := pybridge.IPCOffer(pybridge.Handle(srv), pybridge.Handle(pool), t, time.Duration(ttlMS)*time.Millisecond, int(uses))
 		if err == nil {
 			*out = C.uint64_t(tok)
@@ -169,12 +155,7 @@ func dlb_ipc_claim(conn, token C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.
 
 //export dlb_ipc_send
 func dlb_ipc_send(conn, pool, h C.uint64_t, stream C.int64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		return pybridge.IPCSend(pybridge.Handle(conn), pybridge.Handle(pool), t, uintptr(stream))
 	})
 }
