@@ -24,7 +24,7 @@ for n in _pytest pytest pluggy py py.py iniconfig packaging attr exceptiongroup 
 	ln -s "$dist/$n" "$shim/$n"
 done
 
-tests=(test_basic.py test_capsule.py test_dtypes.py test_dlpack_args.py test_fastpath.py test_foreign.py)
+tests=(test_basic.py test_capsule.py test_dtypes.py test_dlpack_args.py test_extension.py test_foreign.py)
 rc=0
 for py in "$@"; do
 	v=$("$py" -c 'import platform, sys; print("%d.%d.%d-%s" % (sys.version_info[:3] + (platform.machine(),)))')
