@@ -19,7 +19,7 @@
 // The GIL is released for the call. How a parameter crosses follows from
 // its C type and name:
 //
-//	int32_t, uint64_t, ... (value)      int (range-checked), double: float
+//	int32_t, uint64_t, ... (value)      int (range-checked)
 //	char *                              bytes or str (None: NULL)
 //	char *buf followed by an int n or   out: the string written there (str);
 //	capacity (and maybe int64_t *n)     a longer one asked again
@@ -27,14 +27,12 @@
 //	order
 //	void *pyobj, *keeper                a Python object; the export takes a
 //	                                    reference (Py_INCREF before the call)
-//	void * (other)                      an address (int)
 //	dlb_scalar *value                   (kind, i, u, re, im)
 //	dlb_index_item *items               a sequence of (kind, start, stop, step)
 //	uint64_t *out then dlb_info *info   out: a tensor of the extension's
 //	                                    tensor class that owns the handle
 //	T *x (other scalar pointers)        out: the value; with //dlb:array x N
 //	                                    in the doc comment, N values (tuple)
-//	void **x                            out: the address (int)
 //	dlb_scalar *out                     out: (kind, i, u, re, im)
 //
 // An export with another parameter (dlb_arg *, dlb_result *) gets no
@@ -251,7 +249,7 @@ func header(exs []export) []byte {
 // The wrapper's view of each parameter.
 type arg struct {
 	p    param
-	kind string // in: i u d s a o p V I; out: S T O A P W; skip: the capacity / length of S, the info of T
+	kind string // in: i u s a o V I; out: S T O A W; skip: the capacity / length of S, the info of T
 	n    int    // A: the count
 }
 
@@ -268,11 +266,9 @@ func classify(e export) ([]arg, error) {
 			return nil
 		}
 		switch {
-		case p.ptr == 0 && p.base == "double":
-			a.kind = "d"
 		case p.ptr == 0 && strings.HasPrefix(p.base, "uint"):
 			a.kind = "u"
-		case p.ptr == 0:
+		case p.ptr == 0 && p.base != "double":
 			a.kind = "i"
 		case p.base == "char" && p.ptr == 1 && p.name == "buf":
 			c := next(1)
@@ -294,8 +290,6 @@ func classify(e export) ([]arg, error) {
 			a.kind = "a"
 		case p.base == "void" && p.ptr == 1 && (p.name == "pyobj" || p.name == "keeper"):
 			a.kind = "o"
-		case p.base == "void" && p.ptr == 1:
-			a.kind = "p"
 		case p.base == "dlb_scalar" && p.ptr == 1 && p.name == "value":
 			a.kind = "V"
 		case p.base == "dlb_scalar" && p.ptr == 1:
@@ -307,8 +301,6 @@ func classify(e export) ([]arg, error) {
 			as = append(as, a, arg{p: *next(1), kind: "-"})
 			i++
 			continue
-		case p.base == "void" && p.ptr == 2:
-			a.kind = "P"
 		case p.ptr == 1 && cTypes[p.base] == p.base && !strings.HasPrefix(p.base, "dlb_") && p.base != "char":
 			a.kind = "O"
 			if n, ok := e.arrays[p.name]; ok {
@@ -325,9 +317,7 @@ func classify(e export) ([]arg, error) {
 // The inputs filled by a helper x_F(arg, name, &v): v's declaration and
 // how the call passes v.
 var inputs = map[string]struct{ decl, helper, pass string }{
-	"d": {"double %s", "x_double", "%s"},
 	"s": {"const char *%s", "x_str", "(char *)%s"},
-	"p": {"void *%s", "x_addr", "%s"},
 	"V": {"dlb_scalar %s", "x_scalar_in", "&%s"},
 }
 
@@ -355,7 +345,7 @@ func wrappers(exs []export) ([]byte, error) {
 			v := fmt.Sprintf("a%d", i)
 			p := a.p
 			switch a.kind {
-			case "i", "u", "d", "s", "a", "o", "p", "V", "I":
+			case "i", "u", "s", "a", "o", "V", "I":
 				var c string
 				pass := v
 				// INT32_MIN, UINT64_MAX, INT_MAX: <stdint.h>'s and <limits.h>'s names.
@@ -415,10 +405,6 @@ func wrappers(exs []export) ([]byte, error) {
 					vs = append(vs, outValue(p.base, fmt.Sprintf("%s[%d]", v, k)))
 				}
 				outs = append(outs, fmt.Sprintf("Py_BuildValue(\"(%s)\", %s)", strings.Repeat("N", a.n), strings.Join(vs, ", ")))
-			case "P":
-				decl = append(decl, fmt.Sprintf("void *%s = NULL;", v))
-				call = append(call, "&"+v)
-				outs = append(outs, fmt.Sprintf("PyLong_FromVoidPtr(%s)", v))
 			case "W":
 				decl = append(decl, fmt.Sprintf("dlb_scalar %s;", v))
 				call = append(call, "&"+v)

@@ -2267,11 +2267,6 @@ static int x_uint(PyObject *v, const char *name, unsigned long long hi, const ch
 		v = (__typeof__(v))t_;                                                     \
 	} while (0)
 
-__attribute__((unused)) static int x_double(PyObject *v, const char *name, double *out) {
-	*out = PyFloat_AsDouble(v);
-	return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
-}
-
 // x_str: bytes or str (UTF-8), None for NULL; valid while v lives.
 static int x_str(PyObject *v, const char *name, const char **out) {
 	if (v == Py_None) *out = NULL;
@@ -2282,13 +2277,6 @@ static int x_str(PyObject *v, const char *name, const char **out) {
 		return -1;
 	}
 	return *out || v == Py_None ? 0 : -1;
-}
-
-__attribute__((unused)) static int x_addr(PyObject *v, const char *name, void **out) {
-	unsigned long long a = 0;
-	if (v != Py_None && x_uint(v, name, UINTPTR_MAX, "uintptr", &a) < 0) return -1;
-	*out = (void *)(uintptr_t)a;
-	return 0;
 }
 
 // x_seq: v as a tuple of at most 64 items (None: NULL), a new reference in *fast.
