@@ -13,6 +13,7 @@ architecture and the newest glibc version it needs, as JSON; the wheel
 checks of `make dist` use it.
 """
 
+import importlib
 import importlib.machinery
 import json
 import os
@@ -186,8 +187,9 @@ def load_extension():  # type: ignore[no-untyped-def]
     work; an ImportError that says why not and what to do. Importing it
     loads no library."""
     try:
-        from . import _core
-    except ImportError as err:  # also a missing file: `from . import` raises ImportError
+        # By name: the extension has no stub for mypy to read.
+        return importlib.import_module("dlbridge._core")
+    except ImportError as err:  # also a missing file
         here = os.path.dirname(os.path.abspath(__file__))
         try:
             names = sorted(f for f in os.listdir(here) if f.startswith("_core.") and f.endswith(".so"))
@@ -204,7 +206,6 @@ def load_extension():  # type: ignore[no-untyped-def]
         else:
             why = "the extension dlbridge._core failed to load: " + explain(os.path.join(here, usable[0]), err)
         raise ImportError("dlbridge: " + why) from err
-    return _core
 
 
 def _main(argv: List[str]) -> int:
