@@ -108,6 +108,17 @@ func fillInfo(v *zerocopy.View, stream uintptr, info *C.dlb_info) {
 	}
 }
 
+// publishTo is publish of what an operation returns:
+// return publishTo(out, info)(pybridge.Allocate(...)).
+func publishTo(out *C.uint64_t, info *C.dlb_info) func(*zerocopy.View, error) error {
+	return func(v *zerocopy.View, err error) error {
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	}
+}
+
 // publish registers v under a new handle and reports it.
 func publish(v *zerocopy.View, out *C.uint64_t, info *C.dlb_info) error {
 	if out == nil {
@@ -156,11 +167,7 @@ func dlb_empty(dtype *C.char, ndim C.int32_t, shape *C.int64_t, devType, devID C
 		if err != nil {
 			return err
 		}
-		v, err := pybridge.Allocate(device(devType, devID), dt, sh, zero != 0)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.Allocate(device(devType, devID), dt, sh, zero != 0))
 	})
 }
 
@@ -171,11 +178,7 @@ func dlb_arange(n C.int64_t, dtype *C.char, devType, devID C.int32_t, out *C.uin
 		if err != nil {
 			return err
 		}
-		v, err := pybridge.Arange(int64(n), dt, device(devType, devID))
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.Arange(int64(n), dt, device(devType, devID)))
 	})
 }
 
@@ -213,11 +216,7 @@ func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, 
 //export dlb_import
 func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		v, err := pybridge.Import(mt, versioned != 0, gil != 0)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.Import(mt, versioned != 0, gil != 0))
 	})
 }
 
@@ -237,11 +236,7 @@ func dlb_import_on(mt unsafe.Pointer, versioned, gil C.int32_t, stream C.int64_t
 		if s == 0 {
 			s = uintptr(pybridge.StreamLegacy)
 		}
-		v, err := pybridge.ImportOn(mt, versioned != 0, gil != 0, s)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.ImportOn(mt, versioned != 0, gil != 0, s))
 	})
 }
 
@@ -509,11 +504,7 @@ func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBloc
 			return err
 		}
 		defer t.Return()
-		v, err := pybridge.CopyToDevice(t.View, device(devType, devID), opts)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.CopyToDevice(t.View, device(devType, devID), opts))
 	})
 }
 
@@ -537,11 +528,7 @@ func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
 //export dlb_pin_memory
 func dlb_pin_memory(h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return withTensor(h, func(t *pybridge.Tensor) error {
-		v, err := pybridge.PinMemory(t)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.PinMemory(t))
 	})
 }
 
@@ -598,11 +585,7 @@ func dlb_index(h C.uint64_t, n C.int32_t, items *C.dlb_index_item, out *C.uint64
 			// range-checked above), read only during this call.
 			list = unsafe.Slice(items, int(n))
 		}
-		v, err := applyIndex(t.View, list)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(applyIndex(t.View, list))
 	})
 }
 
@@ -668,11 +651,7 @@ func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, i
 		if err != nil {
 			return pybridge.WithCode(pybridge.ValueError, err)
 		}
-		v, err := p.Retain() // the new handle outlives t's
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(p.Retain()) // the new handle outlives t's
 	})
 }
 

@@ -34,22 +34,14 @@ func dlb_ipc_pool_empty(pool C.uint64_t, dtype *C.char, ndim C.int32_t, shape *C
 		if err != nil {
 			return err
 		}
-		v, err := pybridge.IPCPoolEmpty(pybridge.Handle(pool), dt, sh, zero != 0)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.IPCPoolEmpty(pybridge.Handle(pool), dt, sh, zero != 0))
 	})
 }
 
 //export dlb_ipc_pool_copy_in
 func dlb_ipc_pool_copy_in(pool, h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return withTensor(h, func(t *pybridge.Tensor) error {
-		v, err := pybridge.IPCPoolCopyIn(pybridge.Handle(pool), t)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.IPCPoolCopyIn(pybridge.Handle(pool), t))
 	})
 }
 
@@ -145,11 +137,7 @@ func dlb_ipc_offer(srv, pool, h C.uint64_t, ttlMS C.int64_t, uses C.int32_t, out
 //export dlb_ipc_claim
 func dlb_ipc_claim(conn, token C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		v, err := pybridge.IPCClaim(pybridge.Handle(conn), uint64(token))
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.IPCClaim(pybridge.Handle(conn), uint64(token)))
 	})
 }
 
@@ -163,11 +151,7 @@ func dlb_ipc_send(conn, pool, h C.uint64_t, stream C.int64_t) C.int32_t {
 //export dlb_ipc_recv
 func dlb_ipc_recv(conn C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		v, err := pybridge.IPCRecv(pybridge.Handle(conn))
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.IPCRecv(pybridge.Handle(conn)))
 	})
 }
 
