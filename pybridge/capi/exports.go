@@ -566,8 +566,8 @@ func dlb_pool_stats(dev C.int32_t, out *C.int64_t) C.int32_t {
 // dlb_set_pinned_pool_limit sets the bytes the pinned pool may hold.
 //
 //export dlb_set_pinned_pool_limit
-func dlb_set_pinned_pool_limit(n C.int64_t) C.int32_t {
-	return fence(func() error { return pybridge.SetPinnedPoolLimit(int64(n)) })
+func dlb_set_pinned_pool_limit(nbytes C.int64_t) C.int32_t {
+	return fence(func() error { return pybridge.SetPinnedPoolLimit(int64(nbytes)) })
 }
 
 // dlb_index applies a basic index (ints, normalized slices, newaxis) to h

@@ -14,7 +14,7 @@ from . import _convert as C
 from . import _lib
 
 _U64_LIMIT = 2**64
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+_I32_MAX = 2**31 - 1
 
 _core = _lib._core
 
@@ -152,12 +152,7 @@ class Stream:
     def __init__(self, device=0, *, priority=0):
         self._h = 0
         dev = _device_ordinal(device)
-        if isinstance(priority, bool):
-            raise TypeError("dlbridge: priority must be an int, not a bool")
-        pri = operator.index(priority)
-        if not _I32_MIN <= pri <= _I32_MAX:
-            raise ValueError("dlbridge: priority %d is out of range (-2**31 <= priority < 2**31)" % pri)
-        self._h, self._raw = _core.dlb_stream_new(dev, pri)
+        self._h, self._raw = _core.dlb_stream_new(dev, priority)  # the binding checks priority
         self._dev = dev
 
     def _live(self):

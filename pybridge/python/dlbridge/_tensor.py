@@ -535,7 +535,7 @@ def arange(n, dtype="int64", device="cpu"):
     """0, 1, ..., n-1 as a 1-d tensor made in Go (int64 by default, as in
     NumPy and PyTorch)."""
     dev = C.device(device)
-    return _core.dlb_arange(C.integer(n, "n"), _dtype_bytes(dtype), dev[0], dev[1])
+    return _core.dlb_arange(n, _dtype_bytes(dtype), dev[0], dev[1])  # the binding checks n
 
 
 def _dtype_bytes(dtype):
@@ -574,7 +574,7 @@ def set_pinned_pool_limit(nbytes):
     hold, in use and cached together (0: none). New host arrays made from
     device data come from it while it has room, else from pageable memory;
     cached blocks beyond the limit are freed at once."""
-    _core.dlb_set_pinned_pool_limit(operator.index(nbytes))
+    _core.dlb_set_pinned_pool_limit(nbytes)
 
 
 def _cuda_devices(*devs):

@@ -552,7 +552,7 @@ static PyObject *x_dlb_pool_stats(PyObject *mod, PyObject *const *args, Py_ssize
 
 static PyObject *x_dlb_set_pinned_pool_limit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 1, 1, "dlb_set_pinned_pool_limit") < 0) return NULL;
-	int64_t a0; X_INT(args[0], "n", "int64", INT64_MIN, INT64_MAX, a0);
+	int64_t a0; X_INT(args[0], "nbytes", "int64", INT64_MIN, INT64_MAX, a0);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
 	Py_BEGIN_ALLOW_THREADS r = E.set_pinned_pool_limit(a0); Py_END_ALLOW_THREADS
