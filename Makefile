@@ -7,9 +7,9 @@ LIB := $(BUILD)/libdlbridge.so
 OPSLIB := $(BUILD)/libopstest.so
 WHEELDIR := $(BUILD)/wheel
 VENV := $(BUILD)/venv
-CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/...
+CORE := ./dlpack/... ./cai/... ./zerocopy/... ./cuda/... ./nccl/...
 
-.PHONY: all lib ext wheel dist venv typecheck pytest-pythons gotest-aarch64 pytest-aarch64 gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py check-tracked bench demo gpu clean
+.PHONY: all lib ext wheel dist venv docs-test typecheck pytest-pythons gotest-aarch64 pytest-aarch64 gofunc-wheel gofunc-wheel-test gofunc-stub ops-lib test gotest nocgo pytest pytest-fork-repeat pytest-fakecuda gomodule fmt vet fuzz fuzz-long fuzz-long-go fuzz-long-py fuzz-long-ipc check-tracked bench demo gpu clean
 
 all: lib
 
@@ -20,8 +20,12 @@ lib:
 # The Python package of the checkout made whole in place: the extension
 # dlbridge._core and libdlbridge.so inside pybridge/python/dlbridge, so that
 # PYTHONPATH=pybridge/python needs no DLBRIDGE_LIB (needs python3-dev).
+# Against this machine's glibc (DLBRIDGE_GLIBC_FLOOR empty: no stub
+# libraries in CGO_LDFLAGS, which only a wheel's tag needs): the packages are
+# then compiled exactly as `dlbridge build` compiles them (make ops-lib, make
+# demo), and go build compiles them once for both.
 ext:
-	cd pybridge/python && GO=$(GO) $(PY) setup.py -q build_ext --inplace
+	cd pybridge/python && GO=$(GO) DLBRIDGE_GLIBC_FLOOR= $(PY) setup.py -q build_ext --inplace
 
 # The wheel users install (cp310-abi3 on CPython 3.10+ with the GIL; tagged
 # manylinux_2_X as its binaries' glibc needs decide), built offline with
@@ -97,10 +101,10 @@ gofunc-wheel:
 	rm -rf $(GOFUNC_WHEELDIR) examples/gofunc/python/build
 	GO=$(GO) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w $(GOFUNC_WHEELDIR) ./examples/gofunc/python
 
-gofunc-wheel-test: wheel gofunc-wheel
+gofunc-wheel-test: dist gofunc-wheel
 	rm -rf $(GOFUNC_VENV)
 	$(PY) -m venv --system-site-packages $(GOFUNC_VENV)
-	$(GOFUNC_VENV)/bin/python -m pip install -q --no-index --no-deps $(WHEELDIR)/dlbridge-*.whl $(GOFUNC_WHEELDIR)/gofunc-*.whl
+	$(GOFUNC_VENV)/bin/python -m pip install -q --no-index --no-deps $(HOST_WHEEL) $(GOFUNC_WHEELDIR)/gofunc-*.whl
 	$(VPY) $(CURDIR)/$(GOFUNC_VENV)/bin/python $(CURDIR)/examples/gofunc/python/tests/check_wheel.py
 
 # The stub the gofunc wheel ships, written again from the library
@@ -137,15 +141,13 @@ pytest: venv ops-lib
 ops-lib:
 	$(GO) run ./cmd/dlbridge build -o $(OPSLIB) ./examples/gofunc ./pybridge/pyfunc/pyfunctest
 
-# The fork check: test_fork.py (20 children per case, a busy parent
-# among them) 20 times in a row against the installed
-# wheel; the first failing round stops it and prints its output.
+# The fork check: test_fork.py (20 children per case, a busy
+# parent among them) 20 times against the installed wheel,
+# FORK_JOBS rounds at a time (scripts/fork-repeat.sh), a line as each round
+# passes; the first failing round stops it and prints its output.
+FORK_JOBS ?= 2
 pytest-fork-repeat: venv
-	@log=$$(mktemp); for i in $$(seq 20); do \
-	  if ! ($(VPY) $(VPYTEST) -x $(CURDIR)/pybridge/python/tests/test_fork.py) > $$log 2>&1; then \
-	    cat $$log; rm -f $$log; echo "pytest-fork-repeat: round $$i of 20 failed"; exit 1; \
-	  fi; \
-	done; tail -n 1 $$log; rm -f $$log; echo "pytest-fork-repeat: 20 rounds in a row passed"
+	@$(VPY) bash $(CURDIR)/scripts/fork-repeat.sh 20 $(FORK_JOBS) $(VPYTEST) -x $(CURDIR)/pybridge/python/tests/test_fork.py
 
 # The property tests at the Python border with the Hypothesis profile "long"
 # (randomized, thousands of examples per test).
@@ -189,16 +191,41 @@ fuzz:
 # target for FUZZTIME each (make fuzz-long FUZZTIME=1h), then any other
 # suite's long run, each a fuzz-long-* prerequisite of its own.
 FUZZTIME ?= 10m
-fuzz-long: fuzz-long-go fuzz-long-py
+fuzz-long: fuzz-long-go fuzz-long-py fuzz-long-ipc
 
 fuzz-long-go:
 	$(call fuzz-go,$(FUZZTIME))
+
+# The IPC wire's soak for FUZZTIME: peers that send mutated valid messages
+# to a server (fake driver) while an honest peer is served throughout; no
+# crash, no descriptor or memory growth (gotest runs it for 3 s).
+fuzz-long-ipc:
+	FAKECUDA_IPC_STRICT=1 IPC_SOAK=$(FUZZTIME) $(GO) test -count=1 -timeout 0 -v -run '^TestSoakMutatedPeers$$' ./zerocopy/ipc/
 
 # No build artefact (ignored file, binary, archive) may be tracked.
 check-tracked:
 	bash scripts/check-tracked.sh
 
-test: check-tracked fmt vet nocgo gotest gomodule pytest pytest-fork-repeat pytest-fakecuda gofunc-wheel-test typecheck pytest-pythons gotest-aarch64 pytest-aarch64 fuzz
+# make test: every stage in turn through scripts/stages.sh, which announces
+# each (its number and the time so far), times it, and prints the table of
+# stage times at the end; the first failure stops the run. The cheap checks
+# come first, so that a formatting slip fails in seconds; the release files,
+# the venv and the ops library are stages of their own, built once
+# (STAGES_ONCE) for every stage after them.
+TEST_STAGES := check-tracked fmt vet nocgo gotest gomodule dist venv ops-lib docs-test pytest pytest-fork-repeat \
+	pytest-fakecuda gofunc-wheel-test typecheck pytest-pythons gotest-aarch64 pytest-aarch64 fuzz
+test:
+	@MAKE="$(MAKE)" STAGES_ONCE="dist venv ops-lib" bash scripts/stages.sh $(TEST_STAGES)
+
+# The shell and Go blocks of README.md and docs/*.md, run as written in a
+# scratch copy of the checkout, a new Go module and a Go author's module
+# (tests/test_readme.py, DLBRIDGE_DOCS_BLOCKS=1): each block says how above
+# it (<!-- test: ... -->); a block is skipped only with its reason shown (a
+# GPU, the network, or this suite's own entry point). Offline: Go modules
+# from the module cache.
+docs-test: venv
+	@cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH DLBRIDGE_DOCS_BLOCKS=1 DLBRIDGE_README=$(CURDIR)/README.md \
+	  GO=$(GO) $(VPYTEST) -rs $(CURDIR)/pybridge/python/tests/test_readme.py -k docs_block
 
 # A Go user's module outside this repository builds against it with
 # CGO_ENABLED=0 and runs the README's example.
@@ -208,9 +235,19 @@ gomodule:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./dlpack/ ./cai/ ./zerocopy/ ./cuda/
 
-# The main job: build the library and run the demo (NumPy/PyTorch, CuPy on a GPU machine).
-demo: lib ext
-	DLBRIDGE_LIB=$(CURDIR)/$(LIB) PYTHONPATH=$(CURDIR)/pybridge/python bash examples/demo.sh
+# The main job: the package made whole in place (make ext: libdlbridge.so
+# and the C extension), examples/gofunc linked by dlbridge build, and the
+# demo (NumPy/PyTorch, CuPy on a GPU machine). Each library is built once,
+# and the packages they share are compiled once (make ext says why). The
+# dlbridge command compiles meanwhile (go/types and the rest of its own:
+# about half the work of a cold build), which fills the second core while
+# the first compiles C (cgo, the extension); demo.sh's `go run` of it then
+# finds it in the build cache.
+demo:
+	@echo "building pybridge/python/dlbridge in place (libdlbridge.so, the extension dlbridge._core) and cmd/dlbridge"
+	@$(GO) build -o /dev/null ./cmd/dlbridge & tool=$$!; \
+	$(MAKE) -s ext; rc=$$?; wait $$tool || rc=1; exit $$rc
+	@DLBRIDGE_LIB=$(CURDIR)/pybridge/python/dlbridge/libdlbridge.so PYTHONPATH=$(CURDIR)/pybridge/python bash examples/demo.sh
 
 # Everything the GPU machine needs, under build/gpu (see docs/development.md); run there with
 #   bash build/gpu/run.sh

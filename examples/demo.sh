@@ -25,7 +25,7 @@ fi
 # A library of Go functions for Python (examples/gofunc, linked by dlbridge build),
 # or DLBRIDGE_GOFUNC_LIB: one built elsewhere that links examples/gofunc.
 if [ -z "${DLBRIDGE_GOFUNC_LIB:-}" ]; then
-  DLBRIDGE_GOFUNC_LIB="$(dirname "$DLBRIDGE_LIB")/libgofunc.so"
+  DLBRIDGE_GOFUNC_LIB="$root/build/libgofunc.so"
   if [ -n "$GO" ]; then
     echo "building $DLBRIDGE_GOFUNC_LIB"
     "$GO" run ./cmd/dlbridge build -go "$GO" -o "$DLBRIDGE_GOFUNC_LIB" ./examples/gofunc

@@ -131,11 +131,11 @@ func checkShape(dt dlpack.DataType, shape []int64) (int64, error) {
 	}
 	n, err := dlpack.NumElements(shape)
 	if err != nil {
-		return 0, Errorf(ValueError, "dlbridge: shape %v: %v", shape, err)
+		return 0, Errorf(ValueError, "dlbridge: shape %s: %v", zerocopy.FormatShape(shape), err)
 	}
 	nbytes, ok := dt.StorageBytes(n, false)
 	if !ok || nbytes > math.MaxInt64/2 {
-		return 0, Errorf(MemoryError, "dlbridge: shape %v of %s: size overflows", shape, dt)
+		return 0, Errorf(MemoryError, "dlbridge: shape %s of %s: size overflows", zerocopy.FormatShape(shape), dt)
 	}
 	return nbytes, nil
 }
@@ -144,7 +144,7 @@ func checkShape(dt dlpack.DataType, shape []int64) (int64, error) {
 func hostAlloc(dt dlpack.DataType, shape []int64, nbytes int64, zero bool) (*zerocopy.View, error) {
 	p := C.dlb_alloc_host(C.size_t(nbytes), boolInt(zero))
 	if p == nil {
-		return nil, Errorf(MemoryError, "dlbridge: cannot allocate %d bytes for %s%v", nbytes, dt, shape)
+		return nil, Errorf(MemoryError, "dlbridge: cannot allocate %d bytes for %s%s", nbytes, dt, zerocopy.FormatShape(shape))
 	}
 	ptr := uintptr(p)
 	rel := zerocopy.ReleaseFunc(func() { C.dlb_free_host(at(ptr, 0)) })

@@ -57,6 +57,13 @@ func CodeOf(err error) Code {
 	if errors.Is(err, zerocopy.ErrReleased) || errors.Is(err, zerocopy.ErrClosed) {
 		return ValueError
 	}
+	var m *zerocopy.MismatchError
+	if errors.As(err, &m) {
+		if m.WrongKind() {
+			return TypeError
+		}
+		return ValueError
+	}
 	if errors.Is(err, cuda.ErrOutOfMemory) {
 		return MemoryError
 	}

@@ -39,6 +39,9 @@ func ipcErr(err error) error {
 		return WithCode(BufferError, err)
 	case errors.Is(err, ipc.ErrBadDescriptor):
 		return WithCode(ValueError, err)
+	case errors.Is(err, ipc.ErrTimeout):
+		// dlbridge.ipc raises TimeoutError for it (by its prefix).
+		return WithCode(RuntimeError, fmt.Errorf("%w: %v", ErrIPCTimeout, err))
 	}
 	return engineErr(err)
 }
@@ -112,6 +115,17 @@ func IPCPoolTrim(h Handle) error {
 		return err
 	}
 	return ipcErr(p.Trim())
+}
+
+// IPCPoolSetTimeout sets how long the pool's Trim, Close and an allocation
+// at its limit wait for peers to answer retires (0: the default, 2 s).
+func IPCPoolSetTimeout(h Handle, d time.Duration) error {
+	p, err := ipcGet[*ipc.Pool](h, "pool")
+	if err != nil {
+		return err
+	}
+	p.SetTimeout(d)
+	return nil
 }
 
 // IPCPoolCached reports the pool's cached allocations and their bytes.
@@ -244,6 +258,9 @@ func IPCSend(h, pool Handle, t *Tensor, stream uintptr) error {
 	return ipcErr(c.Send(p, t.View, s))
 }
 
+// ErrIPCTimeout prefixes the errors of waits on a peer past their deadline.
+var ErrIPCTimeout = errors.New("dlbridge.ipc: timed out")
+
 // ErrIPCEnded is matched by IPCRecv's error once the peer is gone.
 var ErrIPCEnded = errors.New("dlbridge.ipc: the connection ended")
 
@@ -254,10 +271,27 @@ func IPCRecv(h Handle) (*zerocopy.View, error) {
 		return nil, err
 	}
 	v, err := c.Recv()
-	if errors.Is(err, io.EOF) || errors.Is(err, ipc.ErrClosed) {
+	if (errors.Is(err, io.EOF) || errors.Is(err, ipc.ErrClosed)) && !errors.Is(err, ipc.ErrTimeout) {
 		return nil, WithCode(BufferError, fmt.Errorf("%w: %v", ErrIPCEnded, err))
 	}
 	return v, ipcErr(err)
+}
+
+// IPCSetTimeout sets a connection's deadlines: how long each write to the
+// peer and each wait for its answer may take (answer), and how long recv
+// waits for a tensor (recv); 0: none, below 0: unchanged.
+func IPCSetTimeout(h Handle, answer, recv time.Duration) error {
+	c, err := ipcGet[*ipc.Conn](h, "connection")
+	if err != nil {
+		return err
+	}
+	if answer >= 0 {
+		c.SetTimeout(answer)
+	}
+	if recv >= 0 {
+		c.SetRecvTimeout(recv)
+	}
+	return nil
 }
 
 // IPCLeases is the number of tensors sent over a connection that the peer

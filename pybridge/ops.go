@@ -1,9 +1,6 @@
 package pybridge
 
 import (
-	"errors"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -35,30 +32,13 @@ func valued(dt dlpack.DataType, op string) error {
 	return nil
 }
 
-// fit checks that v meets w for op. A mismatch is a ValueError that leads
-// with what Python users look for ("tensor is read-only", "shapes
-// differ") and then says what was wanted and what came; a closed tensor is
-// the engine's error.
+// fit checks that v, the tensor whose method op is, meets w: the error is
+// zerocopy's, naming op and every mismatch ("dlbridge: copy_: argument
+// self: want [4] writable; got float32 [3] C/F cpu read-only: shape[0] (3
+// != 4), read-only"), as a call's check does; a closed tensor is the
+// engine's error.
 func fit(op string, w zerocopy.Want, v *zerocopy.View) error {
-	err := w.Check(v)
-	var m *zerocopy.MismatchError
-	if !errors.As(err, &m) {
-		return engineErr(err)
-	}
-	var what []string
-	for _, f := range m.Fields {
-		switch {
-		case f == "read-only":
-			what = append(what, "tensor is read-only")
-		case strings.HasPrefix(f, "shape") || strings.HasPrefix(f, "ndim"):
-			if !slices.Contains(what, "shapes differ") {
-				what = append(what, "shapes differ")
-			}
-		default:
-			what = append(what, f+" differs")
-		}
-	}
-	return Errorf(ValueError, "dlbridge: %s: %s: want %s, got %s", op, strings.Join(what, ", "), m.Want, m.Got)
+	return engineErr(w.CheckArg(op, "self", v))
 }
 
 // usable checks the device of v has a driver behind it.
@@ -125,7 +105,7 @@ func complete(v *zerocopy.View, nonBlocking bool) error {
 // Fill writes x into every element of t (converted as C casts do).
 func Fill(t *Tensor, x zerocopy.Value) error {
 	v := t.View
-	if err := fit("fill_", zerocopy.Want{Writable: true}, v); err != nil {
+	if err := fit("dlbridge: fill_", zerocopy.Want{Writable: true}, v); err != nil {
 		return err
 	}
 	if err := valued(v.DType(), "fill_"); err != nil {
@@ -182,7 +162,7 @@ type CopyOptions struct {
 func CopyInto(dst, src *Tensor, opts CopyOptions) error {
 	dv, sv := dst.View, src.View
 	// The destination: writable, with the source's shape.
-	if err := fit("copy_", zerocopy.Want{Shape: sv.Shape(), Writable: true}, dv); err != nil {
+	if err := fit("dlbridge: copy_", zerocopy.Want{Shape: zerocopy.Extents(sv.Shape()...), Writable: true}, dv); err != nil {
 		return err
 	}
 	s, err := copyStream(dv.Device(), sv.Device(), opts)
@@ -359,7 +339,7 @@ func DebugSpinWrite(t *Tensor, value uint32, spin time.Duration) error {
 	if v.DType().ItemSize() != 4 {
 		return Errorf(ValueError, "dlbridge: spin write needs a tensor of a 4-byte dtype, not %s", v.DType())
 	}
-	if err := fit("spin write", zerocopy.Want{Order: zerocopy.COrder, Writable: true}, v); err != nil {
+	if err := fit("dlbridge: spin write", zerocopy.Want{Order: zerocopy.COrder, Writable: true}, v); err != nil {
 		return err
 	}
 	s, err := zerocopy.WorkStream(int(d.ID))

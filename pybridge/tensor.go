@@ -131,7 +131,7 @@ func Export(t *Tensor, req ExportRequest) (unsafe.Pointer, error) {
 		if !req.Versioned && hasNegativeStride(v) {
 			// PyTorch before 2.0 aborts the whole process (an uncaught C++
 			// exception) on such a capsule; legacy consumers are that old.
-			return nil, Errorf(BufferError, "dlbridge: __dlpack__: negative strides %v in a legacy (unversioned) DLPack capsule are refused: PyTorch < 2 aborts the process on them; ask with max_version=(1, 0) or later, copy=True, or use the array interface", v.Strides())
+			return nil, Errorf(BufferError, "dlbridge: __dlpack__: negative strides %s in a legacy (unversioned) DLPack capsule are refused: PyTorch < 2 aborts the process on them; ask with max_version=(1, 0) or later, copy=True, or use the array interface", zerocopy.FormatShape(v.Strides()))
 		}
 		if err := orderBefore(t, req); err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ rm -rf "$G"; mkdir -p "$G/bin" "$G/py"
 # Test binaries: every package that has GPU tests (they skip without DLBRIDGE_GPU=1),
 # or those GPU_GO_TESTS names ("none": no Go tests, for a bundle that must stay
 # under the device tool's 64 MiB carry limit when only Python runs there).
-for p in ${GPU_GO_TESTS:-cuda zerocopy pybridge cmd/dlbridge}; do
+for p in ${GPU_GO_TESTS:-cuda zerocopy nccl pybridge cmd/dlbridge}; do
   [ -d "$p" ] || continue
   CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.nocgo.test" "./$p" 2>/dev/null || echo "note: no CGO_ENABLED=0 test binary for $p"
   go test -c -ldflags="-s -w" -o "$G/bin/${p//\//_}.cgo.test" "./$p"
@@ -21,6 +21,8 @@ done
 [ -d bench/bindcost ] && go build -ldflags="-s -w" -o "$G/bin/bindcost" ./bench/bindcost
 [ -d bench/bindcost ] && CGO_ENABLED=0 go build -tags nocgo -ldflags="-s -w" -o "$G/bin/bindcost.nocgo" ./bench/bindcost 2>/dev/null || true
 [ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/dlbridge" ./cmd/dlbridge
+# The NCCL benchmark's Go rank and its torch.distributed twin (bench/nccl).
+[ -d bench/nccl ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/ncclbench" ./bench/nccl && cp bench/nccl/torch_bench.py "$G/bin/" && cp bench/nccl/run.sh "$G/bin/nccl-run.sh"
 # The c-shared library and the Python package exactly as the README builds them:
 # the wheel (abi3: installs on the device's Python 3.12 without Go) and, for
 # PYTHONPATH=$G/py, the package with its extension and library built in place.
@@ -46,4 +48,10 @@ find "$G/py" -name __pycache__ -prune -exec rm -rf {} +
 [ -d examples ] && cp -r examples "$G/examples"
 rm -rf "$G/examples/gofunc/python/build" "$G/examples/gofunc/python"/*.egg-info
 cp scripts/gpu-run.sh "$G/run.sh"
+# The peers bench_gofunc.py sets beside dlbridge (tvm-ffi, nanobind), built
+# here for the device's Python (it has no cmake): GPU_PEERS names a CPython
+# 3.12 with headers; scripts/build-peers.sh says which sources it needs.
+if [ -n "${GPU_PEERS:-}" ]; then
+  scripts/build-peers.sh "$GPU_PEERS" "$G/peers"
+fi
 du -sh "$G"

@@ -18,6 +18,7 @@ export GO=${GO:-go}
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
 rm -rf dist
 mkdir -p dist build
+echo "dist: the sdist (the Go module vendored)"
 (cd pybridge/python && "$PY" setup.py -q sdist -d "$ROOT/dist" >/dev/null)
 sdists=(dist/dlbridge-*.tar.gz)
 [[ ${#sdists[@]} -eq 1 && -f ${sdists[0]} ]] || { echo "dist: no sdist was made" >&2; exit 1; }
@@ -31,6 +32,7 @@ trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 # in a directory of its own, into $work/ARCH.N.
 build_wheel() {
 	local arch=$1 n=$2 src=$work/src.$1.$2 out=$work/$1.$2
+	echo "dist: the $arch wheel from the sdist, build $n of 2 ($SECONDS s so far)"
 	mkdir -p "$src" "$out" "$work/modcache.$1.$2"
 	tar -xzf "${sdists[0]}" -C "$src"
 	local env=(GOPROXY=off GOFLAGS=-mod=vendor GOMODCACHE="$work/modcache.$1.$2" GOTOOLCHAIN=local)

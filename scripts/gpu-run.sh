@@ -23,7 +23,10 @@ fi
 if has ops; then
   # Calls of examples/gofunc's Go functions through dlbridge.ops (bench_gofunc.py).
   if [ -f $G/py/bench/bench_gofunc.py ]; then
-    DLBRIDGE_LIB=$PWD/$G/libopstest.so PYTHONPATH=$PWD/$G/py timeout 300 python3 $G/py/bench/bench_gofunc.py > "$OUT/gofunc.log" 2>&1
+    # With build/gpu/peers (GPU_PEERS=... make gpu), tvm-ffi and nanobind too.
+    peers=; [ -d $G/peers ] && peers=$PWD/$G/peers
+    DLBRIDGE_LIB=$PWD/$G/libopstest.so PYTHONPATH=$PWD/$G/py DLBRIDGE_BENCH_PEERS=$peers \
+      timeout 300 python3 $G/py/bench/bench_gofunc.py > "$OUT/gofunc.log" 2>&1
     echo "bench_gofunc exit status $?" >> "$OUT/gofunc.log"
   else
     echo "ops: $G/py/bench/bench_gofunc.py is not in the bundle" > "$OUT/gofunc.log"

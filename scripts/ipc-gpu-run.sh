@@ -19,7 +19,7 @@ step() { # name limit command...
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 step cuda 45 "$G/bin/cuda.nocgo.test" -test.run 'IPC' -test.skip 'IPCFabricDestroyGPU' -test.v -test.timeout 40s
 step fabricdestroy 30 "$G/bin/cuda.nocgo.test" -test.run 'IPCFabricDestroyGPU' -test.v -test.timeout 25s
-step ipc 80 "$G/bin/ipc.nocgo.test" -test.v -test.timeout 75s
+step ipc 150 "$G/bin/ipc.nocgo.test" -test.v -test.timeout 140s
 step ipcbench 240 sh -c "$G/bin/ipcbench -rounds 20 -sizes 1M,64M,1G,4G && $G/bin/ipcbench -fill host -rounds 10 -sizes 1M,64M,1G,4G"
 step pytest 120 python3 -m pytest -q -rs -p no:cacheprovider -o faulthandler_timeout=60 "$G/py/tests/test_ipc.py"
 step pickle 80 python3 "$G/ipc-pickle-bench.py" 3

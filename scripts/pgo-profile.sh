@@ -28,6 +28,7 @@ ops = dlbridge.ops
 x = np.arange(16, dtype=np.float32); out = np.empty_like(x)
 m = np.ones((4, 4), np.float32)
 t = dlbridge.asarray(np.arange(16, dtype=np.float32))
+t2 = dlbridge.asarray(np.arange(16, dtype=np.float32))  # apart from t: arguments that overlap take a copy
 try:
     import torch
     tt = torch.arange(16, dtype=torch.float32); to = torch.empty_like(tt)
@@ -39,7 +40,7 @@ while time.time() < end:
         ops.gofunc.scale(out, x, 2.0)
     for _ in range(5000):
         ops.gofunc.scale(out, x)
-        ops.gofunc.scale(t, t, 1.0)
+        ops.gofunc.scale(t, t2, 1.0)
         ops.pytest.nothing()
         ops.pytest.sum(x)
         ops.pytest.echo(True, -3, 65535, 10, 1.5, "s")

@@ -37,7 +37,7 @@ func (c *Copier) Convert(dst, src *View, s *cuda.Stream) error {
 		return err
 	}
 	if !slices.Equal(dst.lay.shape(), src.lay.shape()) {
-		return fmt.Errorf("zerocopy: Convert: dst shape %v != src shape %v", dst.lay.shape(), src.lay.shape())
+		return fmt.Errorf("zerocopy: Convert: dst shape %s != src shape %s", FormatShape(dst.lay.shape()), FormatShape(src.lay.shape()))
 	}
 	dc, err := codecOf("Convert", dst.lay.dtype)
 	if err != nil {

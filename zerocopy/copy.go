@@ -93,7 +93,7 @@ func copyArgs(op string, dst, src *View) error {
 		return fmt.Errorf("zerocopy: %s: dst dtype %s != src dtype %s", op, dt, src.lay.dtype)
 	}
 	if !slices.Equal(dst.lay.shape(), src.lay.shape()) {
-		return fmt.Errorf("zerocopy: %s: dst shape %v != src shape %v", op, dst.lay.shape(), src.lay.shape())
+		return fmt.Errorf("zerocopy: %s: dst shape %s != src shape %s", op, FormatShape(dst.lay.shape()), FormatShape(src.lay.shape()))
 	}
 	if dt.IsSubByte() && dst.lay.padded != src.lay.padded {
 		return fmt.Errorf("zerocopy: %s: dst stores %s padded=%t, src padded=%t", op, dt, dst.lay.padded, src.lay.padded)
@@ -102,7 +102,7 @@ func copyArgs(op string, dst, src *View) error {
 		return fmt.Errorf("zerocopy: %s: dst dim %d has stride 0 and extent %d: its positions share one element", op, d, dst.lay.shape()[d])
 	}
 	if dt.IsSubByte() && !dst.lay.padded && (!dst.IsCContiguous() || !src.IsCContiguous()) {
-		return fmt.Errorf("zerocopy: %s: packed %s needs both views C-contiguous (dst strides %v, src strides %v)", op, dt, dst.lay.strides(), src.lay.strides())
+		return fmt.Errorf("zerocopy: %s: packed %s needs both views C-contiguous (dst strides %s, src strides %s)", op, dt, FormatShape(dst.lay.strides()), FormatShape(src.lay.strides()))
 	}
 	return nil
 }
@@ -196,7 +196,7 @@ func Clone(v *View) (*View, error) {
 	}
 	nb, ok := v.lay.dtype.StorageBytes(v.Len(), v.lay.padded)
 	if !ok {
-		return nil, fmt.Errorf("zerocopy: Clone: %v elements of %s overflow int64 bytes", v.lay.shape(), v.lay.dtype)
+		return nil, fmt.Errorf("zerocopy: Clone: %s elements of %s overflow int64 bytes", FormatShape(v.lay.shape()), v.lay.dtype)
 	}
 	words := make([]uint64, (nb+7)/8) // 8-aligned for every element type
 	base := unsafe.Pointer(unsafe.SliceData(words))

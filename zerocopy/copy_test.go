@@ -261,7 +261,7 @@ func TestCopyErrors(t *testing.T) {
 		want     string
 	}{
 		{"dtype", a, f16, "copy: dst dtype float32 != src dtype float16"},
-		{"shape", a, b, "copy: dst shape [2 3] != src shape [3 2]"},
+		{"shape", a, b, "copy: dst shape [2, 3] != src shape [3, 2]"},
 		{"read-only", ro, a, "copy: dst is read-only"},
 		{"broadcast dst", bc, a, "dst dim 0 has stride 0 and extent 2"},
 		{"device dst", dev, a, "dst: memory on cuda:0 is not host-accessible (copy it with CopyCUDA)"},

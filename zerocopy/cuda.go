@@ -262,7 +262,7 @@ func allocBytes(op string, dt dlpack.DataType, shape []int64) (int64, error) {
 	}
 	nb, ok := dt.StorageBytes(n, false)
 	if !ok {
-		return 0, fmt.Errorf("zerocopy: %s: %v elements of %s overflow int64 bytes", op, shape, dt)
+		return 0, fmt.Errorf("zerocopy: %s: %s elements of %s overflow int64 bytes", op, FormatShape(shape), dt)
 	}
 	return nb, nil
 }
@@ -286,7 +286,7 @@ func AllocCUDA(dev int, dt dlpack.DataType, shape ...int64) (*View, error) {
 	}
 	p, err := d.ctx.MemAlloc(nb)
 	if err != nil {
-		return nil, fmt.Errorf("zerocopy: AllocCUDA(%s%v on cuda:%d): %w", dt, shape, dev, err)
+		return nil, fmt.Errorf("zerocopy: AllocCUDA(%s%s on cuda:%d): %w", dt, FormatShape(shape), dev, err)
 	}
 	m := &cudaMemory{d: d, ptr: p}
 	m.owner.Init(m, "cuda alloc")
@@ -335,7 +335,7 @@ func AllocCUDAAsync(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*View, 
 	}
 	p, err := s.MemAllocAsync(nb)
 	if err != nil {
-		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync(%s%v on %v): %w", dt, shape, s, err)
+		return nil, fmt.Errorf("zerocopy: AllocCUDAAsync(%s%s on %v): %w", dt, FormatShape(shape), s, err)
 	}
 	m := &cudaMemory{d: d, ptr: p, async: s}
 	m.owner.Init(m, "cuda async alloc")
@@ -380,7 +380,7 @@ func AllocPinned(dt dlpack.DataType, shape ...int64) (*View, error) {
 	}
 	h, err := d.ctx.MemAllocHost(int(nb), cuda.HostAllocPortable)
 	if err != nil {
-		return nil, fmt.Errorf("zerocopy: AllocPinned(%s%v): %w", dt, shape, err)
+		return nil, fmt.Errorf("zerocopy: AllocPinned(%s%s): %w", dt, FormatShape(shape), err)
 	}
 	m := &pinnedMemory{h: h}
 	m.owner.Init(m, "pinned alloc")

@@ -145,7 +145,7 @@ func TestCopyCUDAErrors(t *testing.T) {
 		want     string
 	}{
 		{"dtype", d, goView(t, make([]byte, 48), dlpack.Float64Type, 2, 3), nil, "dst dtype float32 != src dtype float64"},
-		{"shape", d, goView(t, make([]byte, 24), dlpack.Float32Type, 3, 2), nil, "dst shape [2 3] != src shape [3 2]"},
+		{"shape", d, goView(t, make([]byte, 24), dlpack.Float32Type, 3, 2), nil, "dst shape [2, 3] != src shape [3, 2]"},
 		{"read-only dst", ro, h32, nil, "read-only"},
 		{"closed src", h32, closed, nil, "src: zerocopy: use of a closed view"},
 		{"broadcast dst", bcast, h32, nil, "stride 0"},

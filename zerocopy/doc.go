@@ -35,7 +35,7 @@
 // writes to read-only views.
 //
 //	data := []float32{0, 1, 2, 3, 4, 5}
-//	m, err := zerocopy.FromSlice(data, 2, 3) // float32[2 3] over data
+//	m, err := zerocopy.FromSlice(data, 2, 3) // float32[2, 3] over data
 //	if err != nil { ... }
 //	defer m.Close()
 //	col, err := m.Select(1, -1) // the last column: float32[2], stride 3; no Close
@@ -94,9 +94,19 @@
 //	defer in.Close() // runs the deleter, which drops dev's reference
 //	iface, err := in.CUDAArrayInterface() // data, shape, typestr, stream
 //
-// Want states what a function needs of a tensor (dtype, number of
-// dimensions or shape, order, device, writability); Want.Check returns one
-// *MismatchError that names every mismatch.
+// Want states what a function needs of a tensor (dtypes, shape with fixed,
+// any or named extents, order, device, writability), in the notation
+// pyfunc's schemas use (ParseWant reads it, String writes it); Want.Check
+// returns one *MismatchError that names every mismatch. A Signature checks
+// a function's tensors together, a named dimension taking one extent across
+// them, and is what a schema compiles to: a Go caller and a Python caller
+// read the same message.
+//
+//	x, _ := zerocopy.ParseWant("float32 [N, K] C")
+//	w, _ := zerocopy.ParseWant("float32 [K, M] cuda")
+//	sig, err := zerocopy.NewSignature("mylib.matmul", []string{"x", "w"}, []*zerocopy.Want{&x, &w})
+//	err = sig.Check([]*zerocopy.View{a, b})
+//	// mylib.matmul: argument w: want float32 [K, M] cuda (K=3 from x); got float32 [4, 2] C cpu writable: shape[0] (4 != K=3 from x), device
 //
 // # Errors and panics
 //
@@ -115,8 +125,8 @@
 // cuda.ErrNoDriver, *MismatchError).
 //
 // Panics are for programming errors in the Go code that calls zerocopy,
-// mistakes no input can cause: a Want that contradicts itself (NDim
-// against Shape, an extent below -1), a nil *View (most calls dereference
+// mistakes no input can cause: a Want that contradicts itself (an
+// extent below -1, a named dimension with a size) given to Want.Check, a nil *View (most calls dereference
 // it; a few, such as CopyCUDA, check it and return an error) and broken
 // internal invariants. Such a panic is a bug to fix, not a condition to
 // handle. (Closing a View while another goroutine uses it is a data race,

@@ -86,7 +86,7 @@ func ExampleCopy() {
 	fmt.Println(zerocopy.Copy(src, t))
 	// Output:
 	// [1 4 2 5 3 6]
-	// zerocopy: Copy: dst shape [2 3] != src shape [3 2]
+	// zerocopy: Copy: dst shape [2, 3] != src shape [3, 2]
 }
 
 // A derived view borrows the reference of the view it came from; Retain

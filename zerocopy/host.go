@@ -3,7 +3,6 @@ package zerocopy
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -133,7 +132,7 @@ func FromSlice[T Elem](s []T, shape ...int64) (*View, error) {
 		return nil, err
 	}
 	if n != int64(len(s)) {
-		return nil, fmt.Errorf("zerocopy: FromSlice: shape %v has %d elements, the slice has %d", slices.Clone(shape), n, len(s))
+		return nil, fmt.Errorf("zerocopy: FromSlice: shape %s has %d elements, the slice has %d", FormatShape(shape), n, len(s))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(s))
 	return goView(base, DTypeOf[T](), shape, false, "go slice"), nil
@@ -168,7 +167,7 @@ func FromBytes(b []byte, dt dlpack.DataType, shape ...int64) (*View, error) {
 	}
 	need, ok := dt.StorageBytes(n, false)
 	if !ok || need != int64(len(b)) {
-		return nil, fmt.Errorf("zerocopy: FromBytes: shape %v of %s needs %d bytes, have %d", slices.Clone(shape), dt, need, len(b))
+		return nil, fmt.Errorf("zerocopy: FromBytes: shape %s of %s needs %d bytes, have %d", FormatShape(shape), dt, need, len(b))
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
 	return goView(base, dt, shape, false, "go bytes"), nil
@@ -209,7 +208,7 @@ func hostSlice[T Elem](v *View, op string) ([]T, error) {
 		return nil, err
 	}
 	if !v.IsCContiguous() {
-		return nil, fmt.Errorf("zerocopy: %s: view with shape %v and strides %v is not C-contiguous; use At/Each or Clone", op, v.lay.shape(), v.lay.strides())
+		return nil, fmt.Errorf("zerocopy: %s: view with shape %s and strides %s is not C-contiguous; use At/Each or Clone", op, FormatShape(v.lay.shape()), FormatShape(v.lay.strides()))
 	}
 	n := v.Len()
 	if n == 0 {

@@ -62,7 +62,7 @@ func TestFromSliceShape(t *testing.T) {
 		{nil, []int64{1}, ""},
 		{[]int64{2, 3}, []int64{3, 1}, ""},
 		{[]int64{6, 1, 1}, []int64{1, 1, 1}, ""},
-		{[]int64{2, 2}, nil, "shape [2 2] has 4 elements, the slice has 6"},
+		{[]int64{2, 2}, nil, "shape [2, 2] has 4 elements, the slice has 6"},
 		{[]int64{-2, -3}, nil, "shape[0] = -2 is negative"},
 		{make([]int64, 65), nil, "ndim 65 out of range (0..64)"},
 	}
@@ -175,7 +175,7 @@ func TestHostAccessErrors(t *testing.T) {
 	}{
 		{"dtype", second(zerocopy.HostSlice[float64](v)), "HostSlice[float64]: view dtype is float32"},
 		{"dtype At", second(zerocopy.At[int32](v, 0, 0)), "At[int32]: view dtype is float32"},
-		{"strided", second(zerocopy.HostSlice[float32](tr)), "shape [3 2] and strides [1 3] is not C-contiguous"},
+		{"strided", second(zerocopy.HostSlice[float32](tr)), "shape [3, 2] and strides [1, 3] is not C-contiguous"},
 		{"closed", second(zerocopy.HostSlice[float32](closed)), "use of a closed view"},
 		{"misaligned", second(zerocopy.HostSlice[float64](mis)), "is not aligned for float64 (8 bytes)"},
 		{"device", second(zerocopy.HostSlice[float32](dev)), "memory on cuda:0 is not host-accessible"},

@@ -308,8 +308,9 @@ func (l *Layout) sharesElements() (dim int, ok bool) {
 	return 0, false
 }
 
+// String describes the layout: "float32[2, 3] strides=[3, 1] offset=0".
 func (l *Layout) String() string {
-	return fmt.Sprintf("%s%v strides=%v offset=%d", l.dtype, l.shape(), l.strides(), l.offset)
+	return fmt.Sprintf("%s%s strides=%s offset=%d", l.dtype, FormatShape(l.shape()), FormatShape(l.strides()), l.offset)
 }
 
 // index checks idx against the shape (negative indices count from the end,
@@ -590,26 +591,26 @@ func (l *Layout) Reshape(shape ...int64) (Layout, error) {
 		default:
 			var ok bool
 			if known, ok = dlpack.MulInt64(known, e); !ok {
-				return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %v overflows int64 at dim %d", slices.Clone(shape), i)
+				return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s overflows int64 at dim %d", FormatShape(shape), i)
 			}
 		}
 		nsh[i] = e
 	}
 	if infer >= 0 {
 		if known == 0 {
-			return Layout{}, fmt.Errorf("zerocopy: Reshape: cannot infer dim %d of %v for %d elements: -1 is ambiguous next to a 0 extent", infer, slices.Clone(shape), numel)
+			return Layout{}, fmt.Errorf("zerocopy: Reshape: cannot infer dim %d of %s for %d elements: -1 is ambiguous next to a 0 extent", infer, FormatShape(shape), numel)
 		}
 		if numel%known != 0 {
-			return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %v is invalid for %d elements (%d is not a multiple of %d)", slices.Clone(shape), numel, numel, known)
+			return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s is invalid for %d elements (%d is not a multiple of %d)", FormatShape(shape), numel, numel, known)
 		}
 		nsh[infer] = numel / known
 		known = numel
 	}
 	if known != numel {
-		return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %v has %d elements, the view %v has %d", slices.Clone(shape), known, l.shape(), numel)
+		return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s has %d elements, the view %s has %d", FormatShape(shape), known, FormatShape(l.shape()), numel)
 	}
 	if !reshapeStrides(l.shape(), l.strides(), nsh, nl.strides()) {
-		return Layout{}, fmt.Errorf("zerocopy: Reshape: view with shape %v and strides %v cannot be reshaped to %v without a copy (Clone first)", l.shape(), l.strides(), slices.Clone(nsh))
+		return Layout{}, fmt.Errorf("zerocopy: Reshape: view with shape %s and strides %s cannot be reshaped to %s without a copy (Clone first)", FormatShape(l.shape()), FormatShape(l.strides()), FormatShape(nsh))
 	}
 	return nl, nil
 }
@@ -762,7 +763,7 @@ func (l *Layout) Broadcast(shape ...int64) (Layout, error) {
 		return Layout{}, fmt.Errorf("zerocopy: Broadcast: ndim %d out of range (0..%d)", m, dlpack.MaxNDim)
 	}
 	if m < n {
-		return Layout{}, fmt.Errorf("zerocopy: Broadcast: target shape %v has %d dims, fewer than the view's %d", slices.Clone(shape), m, n)
+		return Layout{}, fmt.Errorf("zerocopy: Broadcast: target shape %s has %d dims, fewer than the view's %d", FormatShape(shape), m, n)
 	}
 	sh, st := l.shape(), l.strides()
 	nl := *l

@@ -23,9 +23,9 @@ type LeakInfo struct {
 	Created string
 }
 
-// String reads like "leaked view float32[2 3] cuda:0 (go slice) created at f file.go:12".
+// String reads like "leaked view float32[2, 3] cuda:0 (go slice) created at f file.go:12".
 func (l LeakInfo) String() string {
-	s := fmt.Sprintf("leaked view %s%v %s ptr=%#x (%s)", l.DType, l.Shape, l.Device, l.Ptr, l.Label)
+	s := fmt.Sprintf("leaked view %s%s %s ptr=%#x (%s)", l.DType, FormatShape(l.Shape), l.Device, l.Ptr, l.Label)
 	if l.Created != "" {
 		s += " created at " + l.Created
 	}

@@ -87,7 +87,7 @@ func TestLeakReporter(t *testing.T) {
 	if l.Ptr != uintptrOf(data) || l.DType != dlpack.Float32Type || l.Device != dlpack.CPUDevice {
 		t.Errorf("leak info %+v", l)
 	}
-	if !strings.Contains(l.Created, "leak_test.go") || !strings.Contains(l.String(), "leaked view float32[2 2] cpu") {
+	if !strings.Contains(l.Created, "leak_test.go") || !strings.Contains(l.String(), "leaked view float32[2, 2] cpu") {
 		t.Errorf("leak report %q does not say where the view was made", l)
 	}
 	// A few more cycles: nothing else is reported, nothing released twice.

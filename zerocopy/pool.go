@@ -244,7 +244,7 @@ func AllocPinnedPooled(typ dlpack.DeviceType, dt dlpack.DataType, shape ...int64
 	c := pinnedClass(nb)
 	b, err := pinned.get(c)
 	if err != nil {
-		return nil, fmt.Errorf("zerocopy: AllocPinnedPooled(%s%v): %w", dt, shape, err)
+		return nil, fmt.Errorf("zerocopy: AllocPinnedPooled(%s%s): %w", dt, FormatShape(shape), err)
 	}
 	m := &pooledBlock{b: b, class: c}
 	m.owner.Init(m, "pinned pool")

@@ -339,7 +339,7 @@ func (v *View) sub(l *Layout) *View {
 	return nv
 }
 
-// String describes the view: "float32[2,3] cuda:0 strides=[3,1] ptr=0x...".
+// String describes the view: "float32[2, 3] cuda:0 strides=[3, 1] ptr=0x...".
 func (v *View) String() string {
-	return fmt.Sprintf("%s%v %s strides=%v ptr=%#x", v.lay.dtype, v.lay.shape(), v.device, v.lay.strides(), v.Ptr())
+	return fmt.Sprintf("%s%s %s strides=%s ptr=%#x", v.lay.dtype, FormatShape(v.lay.shape()), v.device, FormatShape(v.lay.strides()), v.Ptr())
 }

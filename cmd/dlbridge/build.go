@@ -483,6 +483,9 @@ func (b *builder) prepare() ([]*goPackage, error) {
 		return nil, err
 	}
 	b.workFile = work
+	if err := b.profile(); err != nil {
+		return nil, err
+	}
 	inv, err := b.invokersSource(pkgs)
 	if err != nil {
 		return nil, err
@@ -523,20 +526,26 @@ func (b *builder) profile() error {
 	return os.WriteFile(filepath.Join(b.dir, "default.pgo"), data, 0o644)
 }
 
+// compileFlags are the go command's flags that decide how packages are
+// compiled for the library: go list -export (the type check of the
+// invokers and schemas) and go build use the same, so that go build's
+// compiles are all in the cache.
+func (b *builder) compileFlags() []string {
+	args := []string{"-buildmode=c-shared", "-trimpath"}
+	if b.o.tags != "" {
+		args = append(args, "-tags", b.o.tags)
+	}
+	return args
+}
+
 // compile runs go build -buildmode=c-shared on the main module into out.
 func (b *builder) compile(out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	if err := b.profile(); err != nil {
-		return err
-	}
 	header := strings.TrimSuffix(out, filepath.Ext(out)) + ".h"
 	_, headerErr := os.Stat(header)
-	args := []string{"build", "-buildmode=c-shared", "-trimpath"}
-	if b.o.tags != "" {
-		args = append(args, "-tags", b.o.tags)
-	}
+	args := append([]string{"build"}, b.compileFlags()...)
 	if b.o.ldflags != "" {
 		args = append(args, "-ldflags", b.o.ldflags)
 	}

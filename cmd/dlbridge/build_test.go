@@ -11,6 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dlbridge/dlbridge/pybridge/pyfunc"
+	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
 // TestBuildGofunc builds examples/gofunc into a library, as its doc says,
@@ -316,5 +321,48 @@ func TestInvokersForRegisteredSignatures(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(m[1], "default.pgo")); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("the main package's default.pgo (%d bytes, %v) is not dlbridge's %s (%d bytes)", len(got), err, pgoProfile, len(want))
+	}
+}
+
+// TestBuildChecksSchemas: a schema that does not match its function fails
+// the build before anything is linked, at the Register call's position,
+// with the message Python would raise when it loads the library; one
+// build reports every mistake.
+func TestBuildChecksSchemas(t *testing.T) {
+	var stderr bytes.Buffer
+	b, err := newBuilder(&buildOpts{pkgs: []string{"./testdata/pkgs/badschema"}}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(b.dir)
+	_, err = b.prepare()
+	if err == nil {
+		t.Fatalf("prepare accepted the package\n%s", stderr.String())
+	}
+	got := strings.Split(err.Error(), "\n")
+	want := []string{
+		"a schema does not match its function (Python would raise ImportError when it loads the library):",
+		"testdata/pkgs/badschema/badschema.go:14:2: pyfunc.Register: mylib.add: the schema names 2 parameters, func(*zerocopy.View, *zerocopy.View, *zerocopy.View) error takes more",
+		`testdata/pkgs/badschema/badschema.go:15:2: pyfunc.Register: mylib.scale: parameter "factor" is a float32 in Go, but the schema gives it tensor constraints`,
+		`testdata/pkgs/badschema/badschema.go:16:2: pyfunc.Register: mylib.mode: parameter "m": default 300: 300 is out of range for badschema.Mode`,
+		"testdata/pkgs/badschema/badschema.go:17:2: pyfunc.Register: mylib.sum: parameter 1 of func([]float32) float32 is a []float32: want *zerocopy.View, *cuda.Stream, bool, an int or uint type, float32, float64 or string",
+		"testdata/pkgs/badschema/badschema.go:19:2: pyfunc.Register: mylib.ok is registered twice",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("error (-want +got):\n%s", diff)
+	}
+	// The same mistake, as pyfunc reports it at init in the library.
+	_, nerr := pyfunc.NewFunc("mylib.add(x: float32 [N], y: float32 [N])", func(out, x, y *zerocopy.View) error { return nil })
+	if nerr == nil || !strings.HasSuffix(got[1], "pyfunc.Register: "+nerr.Error()) {
+		t.Errorf("build says %q, pyfunc says %v", got[1], nerr)
+	}
+}
+
+// TestBuildAcceptsMatchingSchemas: schemas that match their functions
+// pass the check, named types, func literals, method values and a stream
+// parameter included.
+func TestBuildAcceptsMatchingSchemas(t *testing.T) {
+	if _, warn := prepared(t, "./testdata/pkgs/sigs"); warn != "" {
+		t.Errorf("stderr: %s", warn)
 	}
 }

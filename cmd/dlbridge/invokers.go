@@ -35,12 +35,11 @@ const (
 // are none. A signature it cannot express (a parameter type from an
 // internal or main package, an unexported named type) is left to
 // reflection, as is any package it cannot type-check (said on stderr).
+// Before that it checks every registration's schema against its function
+// (vetRegistrations): a mistake fails the build here, before go build
+// links anything, with the message Python would raise.
 func (b *builder) invokersSource(pkgs []*goPackage) ([]byte, error) {
-	paths := make([]string, len(pkgs))
-	for i, p := range pkgs {
-		paths[i] = p.ImportPath
-	}
-	exports, err := b.exportData(paths)
+	exports, err := b.exportData()
 	if err != nil {
 		return nil, err
 	}
@@ -51,8 +50,11 @@ func (b *builder) invokersSource(pkgs []*goPackage) ([]byte, error) {
 			continue
 		}
 		if err := g.scan(p, exports); err != nil {
-			fmt.Fprintf(b.stderr, "dlbridge build: note: package %s: %v; its functions are called through reflection\n", p.ImportPath, err)
+			fmt.Fprintf(b.stderr, "dlbridge build: note: package %s: %v; its functions are called through reflection and their schemas are checked when Python loads the library\n", p.ImportPath, err)
 		}
+	}
+	if err := vetRegistrations(g.regs); err != nil {
+		return nil, err
 	}
 	if len(g.factories) == 0 {
 		return nil, nil
@@ -60,13 +62,16 @@ func (b *builder) invokersSource(pkgs []*goPackage) ([]byte, error) {
 	return g.source()
 }
 
-// exportData maps each package the named packages depend on to its
-// compiled export data (go list -export), for the type checker.
-func (b *builder) exportData(paths []string) (map[string]string, error) {
-	args := append([]string{"list", "-export", "-deps", "-json=ImportPath,Export"}, paths...)
-	if b.o.tags != "" {
-		args = append(args[:1], append([]string{"-tags", b.o.tags}, args[1:]...)...)
-	}
+// exportData maps each package the generated main package depends on to
+// its compiled export data (go list -export), for the type checker. The
+// packages are compiled as go build will compile them for the library
+// (c-shared, -trimpath, the profile beside main.go, the tags), so that
+// go build finds every one of them in its cache: compiled in go list's
+// default mode they would be compiled twice, for the export data and
+// again for the library.
+func (b *builder) exportData() (map[string]string, error) {
+	args := append([]string{"list", "-export", "-deps", "-json=ImportPath,Export"}, b.compileFlags()...)
+	args = append(args, ".")
 	out, err := b.goCmd(b.dir, b.workFile, args...)
 	if err != nil {
 		return nil, err
@@ -91,6 +96,7 @@ type invokerGen struct {
 	imports   map[string]string // import path -> alias
 	seen      map[string]bool   // signatures done
 	factories []string
+	regs      []registration // the pyfunc.Register calls found, in source order
 }
 
 func (g *invokerGen) alias(path string) string {
@@ -136,6 +142,9 @@ func (g *invokerGen) scan(p *goPackage, exports map[string]string) error {
 			}
 			if sig, ok := info.TypeOf(call.Args[1]).(*types.Signature); ok {
 				g.add(sig)
+				if isRegisterNamed(call.Fun, info, "Register") {
+					g.regs = append(g.regs, newRegistration(fset, call, sig, info))
+				}
 			}
 			return true
 		})
@@ -145,12 +154,17 @@ func (g *invokerGen) scan(p *goPackage, exports map[string]string) error {
 
 // isRegister reports whether fun is pyfunc.Register or pyfunc.NewFunc.
 func isRegister(fun ast.Expr, info *types.Info) bool {
+	return isRegisterNamed(fun, info, "Register") || isRegisterNamed(fun, info, "NewFunc")
+}
+
+// isRegisterNamed reports whether fun is the function pyfunc.<name>.
+func isRegisterNamed(fun ast.Expr, info *types.Info, name string) bool {
 	sel, ok := fun.(*ast.SelectorExpr)
 	if !ok {
 		return false
 	}
 	fn, ok := info.Uses[sel.Sel].(*types.Func)
-	return ok && fn.Pkg() != nil && fn.Pkg().Path() == pyfuncPkg && (fn.Name() == "Register" || fn.Name() == "NewFunc")
+	return ok && fn.Pkg() != nil && fn.Pkg().Path() == pyfuncPkg && fn.Name() == name
 }
 
 // add writes the factory of sig, unless it has one or cannot be written.

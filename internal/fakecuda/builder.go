@@ -52,6 +52,14 @@ func buildLib() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return BuildC(src, "libcuda.so.1", libs...)
+}
+
+// BuildC compiles the C source src into a shared library named lib, with
+// Flags and then libs, cached in os.TempDir() under a digest of the
+// source, the flags and the compiler ($CC, else gcc): the builder of the
+// fake driver and of the other fakes over it (internal/fakenccl).
+func BuildC(src, lib string, libs ...string) (string, error) {
 	code, err := os.ReadFile(src)
 	if err != nil {
 		return "", fmt.Errorf("fakecuda: %w", err)
@@ -62,16 +70,17 @@ func buildLib() (string, error) {
 	// old build.
 	// So is the compiler: $CC (a cross compiler when the tests run under
 	// emulation, e.g. CC=aarch64-linux-gnu-gcc with qemu-user) builds the
-	// driver for the test's own architecture; gcc otherwise.
+	// library for the test's own architecture; gcc otherwise.
 	cc := "gcc"
 	if f := strings.Fields(os.Getenv("CC")); len(f) > 0 {
 		cc = f[0]
 	}
-	fmt.Fprintf(h, "\x00%s\x00%s\x00%s", strings.Join(Flags, " "), strings.Join(libs, " "), cc)
-	dir := filepath.Join(os.TempDir(), "dlbridge-fakecuda-"+hex.EncodeToString(h.Sum(nil)[:8]))
-	lib := filepath.Join(dir, "libcuda.so.1")
-	if _, err := os.Stat(lib); err == nil {
-		return lib, nil
+	fmt.Fprintf(h, "\x00%s\x00%s\x00%s\x00%s", strings.Join(Flags, " "), strings.Join(libs, " "), cc, lib)
+	stem := strings.TrimSuffix(filepath.Base(src), ".c")
+	dir := filepath.Join(os.TempDir(), "dlbridge-"+stem+"-"+hex.EncodeToString(h.Sum(nil)[:8]))
+	out := filepath.Join(dir, lib)
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
 	}
 	gcc, err := exec.LookPath(cc)
 	if err != nil {
@@ -92,9 +101,9 @@ func buildLib() (string, error) {
 	}
 	// rename is atomic: a concurrent builder either sees no library or a
 	// complete one, and two builders of the same source agree on its content.
-	if err := os.Rename(tmp.Name(), lib); err != nil {
+	if err := os.Rename(tmp.Name(), out); err != nil {
 		os.Remove(tmp.Name())
 		return "", fmt.Errorf("fakecuda: %w", err)
 	}
-	return lib, nil
+	return out, nil
 }

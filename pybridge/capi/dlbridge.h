@@ -65,11 +65,13 @@ int32_t dlb_ipc_pool_cached(uint64_t pool, int64_t *out);
 int32_t dlb_ipc_pool_copy_in(uint64_t pool, uint64_t h, uint64_t *out, dlb_info *info);
 int32_t dlb_ipc_pool_empty(uint64_t pool, char *dtype, int32_t ndim, int64_t *shape, int32_t zero, uint64_t *out, dlb_info *info);
 int32_t dlb_ipc_pool_new(int32_t dev, int64_t limit, uint64_t *out);
+int32_t dlb_ipc_pool_set_timeout(uint64_t pool, int64_t ms);
 int32_t dlb_ipc_pool_trim(uint64_t pool);
 int32_t dlb_ipc_pool_usage(uint64_t pool, int64_t *out);
 int32_t dlb_ipc_recv(uint64_t conn, uint64_t *out, dlb_info *info);
 int32_t dlb_ipc_send(uint64_t conn, uint64_t pool, uint64_t h, int64_t stream);
 int32_t dlb_ipc_serve(char *path, uint64_t *out);
+int32_t dlb_ipc_set_timeout(uint64_t conn, int64_t answerMS, int64_t recvMS);
 int32_t dlb_is_pinned(uint64_t h, int32_t *out);
 int32_t dlb_order_before(uint64_t h, int64_t stream);
 int32_t dlb_parse_dtype(char *s, int32_t *code, int32_t *bits, int32_t *lanes);
@@ -135,11 +137,13 @@ typedef struct {
 	int32_t (*ipc_pool_copy_in)(uint64_t pool, uint64_t h, uint64_t *out, dlb_info *info);
 	int32_t (*ipc_pool_empty)(uint64_t pool, char *dtype, int32_t ndim, int64_t *shape, int32_t zero, uint64_t *out, dlb_info *info);
 	int32_t (*ipc_pool_new)(int32_t dev, int64_t limit, uint64_t *out);
+	int32_t (*ipc_pool_set_timeout)(uint64_t pool, int64_t ms);
 	int32_t (*ipc_pool_trim)(uint64_t pool);
 	int32_t (*ipc_pool_usage)(uint64_t pool, int64_t *out);
 	int32_t (*ipc_recv)(uint64_t conn, uint64_t *out, dlb_info *info);
 	int32_t (*ipc_send)(uint64_t conn, uint64_t pool, uint64_t h, int64_t stream);
 	int32_t (*ipc_serve)(char *path, uint64_t *out);
+	int32_t (*ipc_set_timeout)(uint64_t conn, int64_t answerMS, int64_t recvMS);
 	int32_t (*is_pinned)(uint64_t h, int32_t *out);
 	int32_t (*order_before)(uint64_t h, int64_t stream);
 	int32_t (*parse_dtype)(char *s, int32_t *code, int32_t *bits, int32_t *lanes);
@@ -206,11 +210,13 @@ typedef struct {
 	"dlb_ipc_pool_copy_in", \
 	"dlb_ipc_pool_empty", \
 	"dlb_ipc_pool_new", \
+	"dlb_ipc_pool_set_timeout", \
 	"dlb_ipc_pool_trim", \
 	"dlb_ipc_pool_usage", \
 	"dlb_ipc_recv", \
 	"dlb_ipc_send", \
 	"dlb_ipc_serve", \
+	"dlb_ipc_set_timeout", \
 	"dlb_is_pinned", \
 	"dlb_order_before", \
 	"dlb_parse_dtype", \

@@ -170,3 +170,23 @@ func dlb_ipc_leases(conn C.uint64_t, out *C.int64_t) C.int32_t {
 func dlb_ipc_close(h C.uint64_t) C.int32_t {
 	return fence(func() error { return pybridge.IPCClose(pybridge.Handle(h)) })
 }
+
+//export dlb_ipc_set_timeout
+func dlb_ipc_set_timeout(conn C.uint64_t, answerMS, recvMS C.int64_t) C.int32_t {
+	return fence(func() error {
+		ms := func(v C.int64_t) time.Duration {
+			if v < 0 {
+				return -1
+			}
+			return time.Duration(v) * time.Millisecond
+		}
+		return pybridge.IPCSetTimeout(pybridge.Handle(conn), ms(answerMS), ms(recvMS))
+	})
+}
+
+//export dlb_ipc_pool_set_timeout
+func dlb_ipc_pool_set_timeout(pool C.uint64_t, ms C.int64_t) C.int32_t {
+	return fence(func() error {
+		return pybridge.IPCPoolSetTimeout(pybridge.Handle(pool), time.Duration(ms)*time.Millisecond)
+	})
+}

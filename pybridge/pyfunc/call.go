@@ -1,11 +1,11 @@
 package pyfunc
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
 	"runtime"
-	"slices"
 	"strings"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -188,16 +188,6 @@ type Outcome struct {
 	Stream uintptr
 }
 
-// dimBinding is the extent a named dimension took, and from which
-// argument (its index in f.Params, plus one: 0 while unbound). Small, since
-// a call zeroes a handful of them.
-type dimBinding struct {
-	size int64
-	from int
-}
-
-func (b dimBinding) set() bool { return b.from > 0 }
-
 // Call checks a, orders the arguments' pending writes before the stream,
 // runs the body and collects its results. An error is classified for
 // Python (*Error): a mismatch names the function, the argument, what it
@@ -215,12 +205,6 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 	if len(a.Tensors) != len(f.Params) || len(a.Values) != len(f.Params) {
 		return RuntimeErrorf("%s: %d tensor and %d value slots for %d parameters", f.Name, len(a.Tensors), len(a.Values), len(f.Params))
 	}
-	var dims [8]dimBinding
-	binds := dims[:0]
-	if len(f.dims) > len(dims) {
-		binds = make([]dimBinding, 0, len(f.dims))
-	}
-	binds = binds[:len(f.dims)]
 	dev := -1 // the CUDA device of the call's tensors
 	devFrom := ""
 	pending := false // an argument has a write pending
@@ -228,9 +212,6 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 		v := a.Tensors[i]
 		if v == nil {
 			return TypeErrorf("%s: missing tensor argument %s", f.Name, f.Params[i].Name)
-		}
-		if err := f.checkTensor(i, v, binds); err != nil {
-			return err
 		}
 		if d := v.Device(); isCUDA(d) {
 			if dev >= 0 && int(d.ID) != dev {
@@ -240,8 +221,21 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 		}
 		pending = pending || v.Stream() != 0
 	}
-	if dev < 0 && a.StreamDevice >= 0 && a.Stream != 0 {
-		dev = a.StreamDevice
+	if len(f.tensorIdx) > 0 {
+		if err := f.sig.Check(a.Tensors); err != nil {
+			return checkError(err)
+		}
+	}
+	if a.Stream != 0 && a.StreamDevice >= 0 {
+		switch {
+		case dev < 0:
+			dev = a.StreamDevice
+		case a.StreamDevice != dev:
+			// The body would launch on a stream of another device than
+			// its tensors' and fail inside the driver, or worse; a copy
+			// refuses the same stream.
+			return ValueErrorf("%s: stream= is a stream of cuda:%d, but argument %s is on cuda:%d: pass a stream of cuda:%d (or none for the tensors' current stream)", f.Name, a.StreamDevice, devFrom, dev, dev)
+		}
 	}
 	var s *cuda.Stream
 	if dev >= 0 {
@@ -281,6 +275,14 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 			return fmt.Errorf("%s: ordering argument %s before the call: %w", f.Name, f.Params[i].Name, err)
 		}
 	}
+	var copies []argCopy
+	if f.mayOverlap {
+		if _, _, ok := f.sig.Overlap(a.Tensors); ok {
+			if copies, err = f.separate(a, s); err != nil {
+				return err
+			}
+		}
+	}
 	fr, pooled := a.Frame, false
 	if fr == nil {
 		fr, _ = f.frames.Get().(*Frame)
@@ -291,7 +293,133 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 	}
 	err = f.runIn(fr, s, a, out)
 	fr.reset(f, pooled)
+	if copies != nil {
+		if err == nil {
+			err = f.keepResultsOfCopies(out, copies)
+		}
+		undoCopies(a, copies)
+	}
 	return err
+}
+
+// keepResultsOfCopies gives a result that views a copy (a body that
+// returns a view of its argument) a reference of its own, so that it
+// outlives the copy, as a view of the caller's argument would.
+func (f *Func) keepResultsOfCopies(out *Outcome, copies []argCopy) error {
+	for i, r := range out.Tensors {
+		for _, c := range copies {
+			if r == nil || r.Owner() != c.copy.Owner() {
+				continue
+			}
+			kept, err := r.Retain()
+			if err != nil {
+				out.closeTensors()
+				*out = Outcome{}
+				return RuntimeErrorf("%s: result %d views a copy of an argument: %v", f.Name, i+1, err)
+			}
+			r.Close() // drops r's own reference, if it had one (a derived view has none)
+			out.Tensors[i], r = kept, kept
+		}
+	}
+	return nil
+}
+
+// argCopy is an argument the body reads from a copy: the copy at index i
+// of Args.Tensors, and the caller's view it stands for.
+type argCopy struct {
+	i          int
+	orig, copy *zerocopy.View
+}
+
+// separate makes a call right whose written argument shares memory with
+// another argument, as NumPy's ufuncs do: the body reads a copy of the
+// other argument, taken before it runs (on the call's stream for device
+// memory), so that it never reads what it already wrote. Two written
+// arguments that share memory cannot be made right: a ValueError names
+// both. The copies replace the arguments in a.Tensors until undoCopies.
+func (f *Func) separate(a *Args, s *cuda.Stream) ([]argCopy, error) {
+	var copies []argCopy
+	for {
+		w, o, ok := f.sig.Overlap(a.Tensors)
+		if !ok {
+			return copies, nil
+		}
+		if f.Params[o].Tensor.Writable {
+			undoCopies(a, copies)
+			return nil, ValueErrorf("%s: arguments %s and %s share memory and both are written: pass tensors that do not overlap", f.Name, f.Params[w].Name, f.Params[o].Name)
+		}
+		c, err := copyForRead(a.Tensors[o], &f.Params[o].Tensor, s)
+		if err != nil {
+			undoCopies(a, copies)
+			return nil, fmt.Errorf("%s: argument %s shares memory with %s, which is written, and copying it failed: %w", f.Name, f.Params[o].Name, f.Params[w].Name, err)
+		}
+		copies = append(copies, argCopy{i: o, orig: a.Tensors[o], copy: c})
+		a.Tensors[o] = c
+	}
+}
+
+// undoCopies gives the caller's views back to a.Tensors and closes the
+// copies (device memory is freed in order on the call's stream, after the
+// body's work).
+func undoCopies(a *Args, copies []argCopy) {
+	for _, c := range copies {
+		a.Tensors[c.i] = c.orig
+		c.copy.Close()
+	}
+}
+
+// copyForRead copies v into new memory that still meets w: the same dtype
+// and shape, F-contiguous where w asks for F (else C), on the device
+// where the body reads it (device memory on s when the call has a stream
+// and v is CUDA memory that w lets stay there; Go memory otherwise).
+func copyForRead(v *zerocopy.View, w *zerocopy.Want, s *cuda.Stream) (*zerocopy.View, error) {
+	src := v
+	var rev []int // reverses the dimensions: a C copy of the reversed view is F
+	if w.Order == zerocopy.FOrder && v.NDim() > 1 {
+		rev = make([]int, v.NDim())
+		for i := range rev {
+			rev[i] = len(rev) - 1 - i
+		}
+		p, err := v.Permute(rev...) // borrows v's reference: no Close
+		if err != nil {
+			return nil, err
+		}
+		src = p
+	}
+	var c *zerocopy.View
+	var err error
+	switch d := v.Device().Type; {
+	case s != nil && (d == dlpack.CUDA || d == dlpack.CUDAManaged && w.Device.Type != dlpack.CPU):
+		if c, err = zerocopy.AllocCUDAAsync(s, v.DType(), src.Shape()...); err != nil {
+			return nil, err
+		}
+		err = zerocopy.CopyCUDA(c, src, s)
+	default:
+		// Host memory: the writes pending on it were waited for; managed
+		// memory the call's stream may still write is read once it is done.
+		if s != nil && d == dlpack.CUDAManaged {
+			if err := s.Synchronize(); err != nil {
+				return nil, err
+			}
+		}
+		c, err = zerocopy.Clone(src)
+	}
+	if err != nil {
+		if c != nil {
+			c.Close()
+		}
+		return nil, err
+	}
+	if rev != nil {
+		// The F view holds a reference of its own, as c did.
+		t, err := c.Permute(rev...)
+		if err == nil {
+			t, err = t.Retain()
+		}
+		c.Close()
+		return t, err
+	}
+	return c, nil
 }
 
 // runIn passes a's arguments to the body through fr, runs it and collects
@@ -411,77 +539,15 @@ func (f *Func) run(fr *Frame) (err error) {
 
 func isCUDA(d dlpack.Device) bool { return d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged }
 
-// checkTensor checks v against the spec of parameter i, binding named
-// dimensions.
-func (f *Func) checkTensor(i int, v *zerocopy.View, binds []dimBinding) error {
-	p := &f.Params[i]
-	t := &p.Tensor
-	if !v.Alive() {
-		return ValueErrorf("%s: argument %s: the tensor is closed", f.Name, p.Name)
+// checkError classifies an error of the tensor check for Python: a
+// mismatch of dtype or device is a TypeError, of shape, order or access a
+// ValueError, as is a closed tensor.
+func checkError(err error) error {
+	var m *zerocopy.MismatchError
+	if errors.As(err, &m) && m.WrongKind() {
+		return &Error{Class: TypeError, Err: err}
 	}
-	if dt := v.DType(); len(t.DTypes) > 0 && dt != t.DTypes[0] {
-		if !slices.Contains(t.DTypes[1:], dt) {
-			return TypeErrorf("%s: argument %s: want %s; got %s: dtype", f.Name, p.Name, f.want(p, binds), v.Describe())
-		}
-	}
-	if !t.Device.accepts(v.Device()) {
-		return TypeErrorf("%s: argument %s: want %s; got %s: device", f.Name, p.Name, f.want(p, binds), v.Describe())
-	}
-	if t.Shape != nil {
-		if nd := v.NDim(); nd != len(t.Shape) {
-			return ValueErrorf("%s: argument %s: want %s; got %s: ndim (%d != %d)", f.Name, p.Name, f.want(p, binds), v.Describe(), nd, len(t.Shape))
-		}
-		for j, d := range t.Shape {
-			got, _ := v.Dim(j)
-			switch {
-			case d.Name != "":
-				b := &binds[p.dimAt[j]]
-				if b.set() && b.size != got {
-					return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %s=%d from %s)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Name, b.size, f.Params[b.from-1].Name)
-				}
-				if !b.set() {
-					*b = dimBinding{size: got, from: i + 1}
-				}
-			case d.Size >= 0 && got != d.Size:
-				return ValueErrorf("%s: argument %s: want %s; got %s: shape[%d] (%d != %d)", f.Name, p.Name, f.want(p, binds), v.Describe(), j, got, d.Size)
-			}
-		}
-	}
-	if t.Order == zerocopy.COrder && !v.IsCContiguous() || t.Order == zerocopy.FOrder && !v.IsFContiguous() {
-		return ValueErrorf("%s: argument %s: want %s; got %s: order", f.Name, p.Name, f.want(p, binds), v.Describe())
-	}
-	if t.Writable && v.ReadOnly() {
-		return ValueErrorf("%s: argument %s: want %s; got %s: read-only", f.Name, p.Name, f.want(p, binds), v.Describe())
-	}
-	return nil
-}
-
-func (f *Func) dimIndex(name string) int {
-	for i, d := range f.dims {
-		if d == name {
-			return i
-		}
-	}
-	return -1
-}
-
-// want is p's spec with the named dimensions bound so far: "float32 [N]
-// (N=16 from out)".
-func (f *Func) want(p *Param, binds []dimBinding) string {
-	s := p.Tensor.String()
-	var bound []string
-	for j, d := range p.Tensor.Shape {
-		if d.Name == "" {
-			continue
-		}
-		if b := binds[p.dimAt[j]]; b.set() && f.Params[b.from-1].Name != p.Name && !contains(bound, d.Name) {
-			bound = append(bound, fmt.Sprintf("%s=%d from %s", d.Name, b.size, f.Params[b.from-1].Name))
-		}
-	}
-	if bound != nil {
-		s += " (" + strings.Join(bound, ", ") + ")"
-	}
-	return s
+	return &Error{Class: ValueError, Err: err}
 }
 
 // panicSite names the first frame below the panic outside the runtime.

@@ -17,14 +17,16 @@
 //
 // The schema names the parameters in the Go function's order (a
 // *cuda.Stream parameter is not named: it receives the caller's stream).
-// A tensor parameter (*zerocopy.View) states what it accepts after a colon:
+// A tensor parameter (*zerocopy.View) states what it accepts after a colon,
+// a zerocopy.Want in its notation (zerocopy.ParseWant):
 //
 //	float32 | float64    the dtype, or a set of them (dlpack.ParseDataType names)
 //	[N, K]  [N, 3]  [*]  the shape: a named dimension binds across parameters,
 //	                     a number is fixed, * is any extent; no brackets: any ndim
 //	C  F                 C- or Fortran-contiguous
-//	cpu  cuda            host memory (cpu, pinned, managed) or device memory;
-//	                     neither: both
+//	cpu  cuda  cuda:0    memory the host reads (cpu, pinned, managed), memory
+//	                     CUDA kernels read (device, managed), of one device;
+//	                     none: any
 //	writable             refuses read-only tensors
 //
 // A scalar parameter (bool, int and uint of any width, float32, float64,
@@ -32,12 +34,20 @@
 // ("factor=2.0", "flag=True", "mode='fast'"). Results are tensors and
 // scalars, in order, optionally followed by an error.
 //
-// Every check runs before the body: a mismatch is a TypeError (dtype,
+// Every check runs before the body, and the tensors' are zerocopy's (a
+// Signature compiled at registration): a mismatch is a TypeError (dtype,
 // device, kind of value) or a ValueError (shape, order, read-only) that
-// names the function, the argument, what it expects and what came, with the
-// value a named dimension took from another argument:
+// names the function, the argument, what it expects and what came, and
+// every mismatch of that argument, with the value a named dimension took
+// from another argument, as a Go caller of zerocopy.Want reads it:
 //
-//	mylib.scale: argument x: want float32 [N] (N=16 from out); got float32 [15] cpu: shape[0] (15 != 16)
+//	mylib.scale: argument x: want float32 [N] (N=16 from out); got float32 [15] C/F cpu writable: shape[0] (15 != N=16 from out)
+//
+// An argument that shares memory with a writable one is read from a copy
+// taken before the body runs (as NumPy's ufuncs make overlapping arguments
+// right), so a body never reads what it already wrote; two writable
+// arguments that share memory are a ValueError naming both. A stream= of
+// another device than the call's CUDA tensors is a ValueError too.
 //
 // On CUDA the body runs on the caller's stream: PyTorch's or CuPy's current
 // stream, or the stream= the caller passes. Writes pending on the arguments

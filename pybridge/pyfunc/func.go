@@ -44,7 +44,9 @@ type Param struct {
 	Name   string
 	Kind   Kind
 	GoType reflect.Type
-	Tensor TensorSpec // for TensorKind
+	// Tensor is what a tensor parameter accepts (for TensorKind): the
+	// schema's constraints, which the call checks with zerocopy's.
+	Tensor zerocopy.Want
 	// Default is the value when the caller leaves the parameter out (of
 	// GoType); HasDefault says whether there is one.
 	Default    any
@@ -55,7 +57,6 @@ type Param struct {
 	goIndex  int   // the Go parameter it is
 	bits     int   // an int, uint or float type's width
 	defValue Value // Default as a Value
-	dimAt    []int // for each dimension of Tensor.Shape, its index in Func.dims (-1: unnamed)
 }
 
 // Result is one result of a registered function.
@@ -81,9 +82,14 @@ type Func struct {
 	streamAt  int       // index of the *cuda.Stream parameter, -1 if none
 	hasErr    bool      // the last result is an error
 	tensorIdx []int
-	scalarIdx []int    // the scalar parameters' indices in Params
-	strSlots  []int    // the Go parameter indices of the string parameters
-	dims      []string // the named dimensions, in order of first use
+	scalarIdx []int // the scalar parameters' indices in Params
+	strSlots  []int // the Go parameter indices of the string parameters
+	// sig checks the tensor arguments (every Param, nil Wants for the
+	// scalars): pyfunc has no tensor check of its own.
+	sig *zerocopy.Signature
+	// mayOverlap: a tensor parameter is written and there is another, so
+	// a call looks for arguments that share memory (Signature.Overlap).
+	mayOverlap bool
 }
 
 var (
@@ -269,16 +275,6 @@ func NewFunc(schema string, fn any, doc ...string) (*Func, error) {
 		}
 		if p.Kind == TensorKind {
 			f.tensorIdx = append(f.tensorIdx, len(f.Params))
-			p.dimAt = make([]int, len(p.Tensor.Shape))
-			for j, d := range p.Tensor.Shape {
-				p.dimAt[j] = -1
-				if d.Name != "" {
-					if !contains(f.dims, d.Name) {
-						f.dims = append(f.dims, d.Name)
-					}
-					p.dimAt[j] = f.dimIndex(d.Name)
-				}
-			}
 		}
 		f.Params = append(f.Params, p)
 		k++
@@ -286,6 +282,20 @@ func NewFunc(schema string, fn any, doc ...string) (*Func, error) {
 	if k != len(sp) {
 		return nil, fmt.Errorf("%s: the schema names %d parameters, %v takes %d", name, len(sp), t, k)
 	}
+	names, wants := make([]string, len(f.Params)), make([]*zerocopy.Want, len(f.Params))
+	writes := false
+	for i := range f.Params {
+		p := &f.Params[i]
+		names[i] = p.Name
+		if p.Kind == TensorKind {
+			wants[i] = &p.Tensor
+			writes = writes || p.Tensor.Writable
+		}
+	}
+	if f.sig, err = zerocopy.NewSignature(name, names, wants); err != nil {
+		return nil, err
+	}
+	f.mayOverlap = writes && len(f.tensorIdx) > 1
 	for i, p := range f.Params {
 		if p.Name == "stream" || p.Name == "result_type" {
 			return nil, fmt.Errorf("%s: parameter %q: the name is reserved for the caller's %s", name, p.Name, map[bool]string{true: "CUDA stream (a *cuda.Stream parameter receives it)", false: "choice of result type"}[p.Name == "stream"])
@@ -316,39 +326,30 @@ func NewFunc(schema string, fn any, doc ...string) (*Func, error) {
 	return f, nil
 }
 
-func contains(s []string, x string) bool {
-	for _, e := range s {
-		if e == x {
-			return true
-		}
-	}
-	return false
-}
-
-func makeParam(fn string, sp schemaParam, t reflect.Type, kind Kind) (Param, error) {
-	p := Param{Name: sp.name, Kind: kind, GoType: t}
+func makeParam(fn string, sp SchemaParam, t reflect.Type, kind Kind) (Param, error) {
+	p := Param{Name: sp.Name, Kind: kind, GoType: t}
 	switch kind {
 	case IntKind, UintKind, FloatKind:
 		p.bits = t.Bits()
 	}
 	if kind == TensorKind {
-		if sp.hasDefault {
-			return p, fmt.Errorf("%s: tensor parameter %q cannot have a default", fn, sp.name)
+		if sp.HasDefault {
+			return p, fmt.Errorf("%s: tensor parameter %q cannot have a default", fn, sp.Name)
 		}
-		if sp.tensor != nil {
-			p.Tensor = *sp.tensor
+		if sp.Tensor != nil {
+			p.Tensor = *sp.Tensor
 		}
 		return p, nil
 	}
-	if sp.tensor != nil {
-		return p, fmt.Errorf("%s: parameter %q is a %v in Go, but the schema gives it tensor constraints", fn, sp.name, t)
+	if sp.Tensor != nil {
+		return p, fmt.Errorf("%s: parameter %q is a %v in Go, but the schema gives it tensor constraints", fn, sp.Name, t)
 	}
-	if sp.hasDefault {
-		d, err := parseDefault(sp.defaultSrc, t, kind)
+	if sp.HasDefault {
+		d, err := parseDefault(sp.Default, t, kind)
 		if err != nil {
-			return p, fmt.Errorf("%s: parameter %q: default %s: %w", fn, sp.name, sp.defaultSrc, err)
+			return p, fmt.Errorf("%s: parameter %q: default %s: %w", fn, sp.Name, sp.Default, err)
 		}
-		p.Default, p.HasDefault, p.DefaultSrc = d.Interface(), true, sp.defaultSrc
+		p.Default, p.HasDefault, p.DefaultSrc = d.Interface(), true, sp.Default
 		switch kind {
 		case BoolKind:
 			p.defValue = Value{Kind: BoolKind, Bool: d.Bool()}
@@ -367,6 +368,20 @@ func makeParam(fn string, sp schemaParam, t reflect.Type, kind Kind) (Param, err
 
 // parseDefault reads a default as Python writes it into a value of t.
 func parseDefault(src string, t reflect.Type, kind Kind) (reflect.Value, error) {
+	bits := 0
+	if kind != BoolKind && kind != StringKind {
+		bits = t.Bits()
+	}
+	fr, err := parseDefaultBits(src, kind, bits)
+	if err != nil {
+		return reflect.Value{}, err
+	}
+	return fr.slot(&Param{Kind: kind, GoType: t, bits: bits}), nil
+}
+
+// parseDefaultBits reads a default into slot 0 of a frame, for a Go
+// parameter of kind k and width bits.
+func parseDefaultBits(src string, kind Kind, bits int) (*Frame, error) {
 	var v Value
 	switch {
 	case src == "True" || src == "False":
@@ -381,18 +396,51 @@ func parseDefault(src string, t reflect.Type, kind Kind) (reflect.Value, error) 
 		} else if x, err := strconv.ParseFloat(src, 64); err == nil {
 			v = Value{Kind: FloatKind, Float: x}
 		} else {
-			return reflect.Value{}, fmt.Errorf("not a Python literal (a number, True, False or a quoted string)")
+			return nil, fmt.Errorf("not a Python literal (a number, True, False or a quoted string)")
 		}
 	}
-	p := &Param{Kind: kind, GoType: t}
-	if kind != BoolKind && kind != StringKind {
-		p.bits = t.Bits()
+	p := &Param{Kind: kind, GoType: goTypeOf(kind, bits), bits: bits}
+	fr := new(Frame)
+	if msg := v.store(p, fr); msg != "" {
+		return nil, fmt.Errorf("%s", msg)
 	}
-	var fr Frame
-	if msg := v.store(p, &fr); msg != "" {
-		return reflect.Value{}, fmt.Errorf("%s", msg)
+	return fr, nil
+}
+
+// goTypeOf is the Go type of kind k and width bits that messages name.
+func goTypeOf(k Kind, bits int) reflect.Type {
+	switch k {
+	case BoolKind:
+		return reflect.TypeOf(false)
+	case StringKind:
+		return reflect.TypeOf("")
+	case IntKind:
+		switch bits {
+		case 8:
+			return reflect.TypeOf(int8(0))
+		case 16:
+			return reflect.TypeOf(int16(0))
+		case 32:
+			return reflect.TypeOf(int32(0))
+		}
+		return reflect.TypeOf(int64(0))
+	case UintKind:
+		switch bits {
+		case 8:
+			return reflect.TypeOf(uint8(0))
+		case 16:
+			return reflect.TypeOf(uint16(0))
+		case 32:
+			return reflect.TypeOf(uint32(0))
+		}
+		return reflect.TypeOf(uint64(0))
+	case FloatKind:
+		if bits == 32 {
+			return reflect.TypeOf(float32(0))
+		}
+		return reflect.TypeOf(float64(0))
 	}
-	return fr.slot(p), nil
+	return nil
 }
 
 // Description is what Python learns of a function (Describe).

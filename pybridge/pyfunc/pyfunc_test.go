@@ -2,6 +2,7 @@ package pyfunc
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,35 +12,43 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestParseTensorSpec(t *testing.T) {
+// ParseSchema gives cmd/dlbridge what NewFunc reads, without a Go
+// function: the tensor parameters' Wants and the defaults as written.
+func TestParseSchema(t *testing.T) {
+	got, err := ParseSchema("mylib.mm(x: float32 [N, K] C, w: [K, M] cuda writable, alpha=1.5, name='a,b', n)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := zerocopy.Want{DTypes: []dlpack.DataType{dlpack.Float32Type}, Shape: []zerocopy.Dim{zerocopy.Named("N"), zerocopy.Named("K")}, Order: zerocopy.COrder}
+	w := zerocopy.Want{Shape: []zerocopy.Dim{zerocopy.Named("K"), zerocopy.Named("M")}, Device: zerocopy.AnyCUDA, Writable: true}
+	want := Schema{Name: "mylib.mm", Params: []SchemaParam{
+		{Name: "x", Tensor: &x}, {Name: "w", Tensor: &w},
+		{Name: "alpha", Default: "1.5", HasDefault: true}, {Name: "name", Default: "'a,b'", HasDefault: true}, {Name: "n"},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 	for _, c := range []struct {
-		in   string
-		want string // TensorSpec.String, or the error's text
-		bad  bool
+		p    SchemaParam
+		kind Kind
+		bits int
+		err  string
 	}{
-		{in: "", want: "any tensor"},
-		{in: "float32", want: "float32"},
-		{in: "float32 | float64 [N, K] C cuda writable", want: "float32|float64 [N, K] C cuda writable"},
-		{in: "f32|int64[*, 3]", want: "float32|int64 [*, 3]"},
-		{in: "[]", want: "[]"},
-		{in: "F cpu", want: "F cpu"},
-		{in: "float32 complex64", bad: true, want: `unknown word "complex64"`},
-		{in: "C F", bad: true, want: "two orders"},
-		{in: "cpu cuda", bad: true, want: "two devices"},
-		{in: "[N, -2]", bad: true, want: `dimension "-2"`},
-		{in: "[N", bad: true, want: "'[' without ']'"},
-		{in: "float33", bad: true, want: "neither a dtype nor a constraint"},
+		{got.Params[2], FloatKind, 32, ""},
+		{got.Params[2], IntKind, 64, "want int (int64), got float 1.5"},
+		{got.Params[3], StringKind, 0, ""},
+		{got.Params[3], BoolKind, 0, `want bool, got str "a,b"`},
+		{SchemaParam{Name: "n", Default: "300", HasDefault: true}, IntKind, 8, "300 is out of range for int8"},
+		{SchemaParam{Name: "n", Default: "300", HasDefault: true}, UintKind, 16, ""},
+		{got.Params[4], IntKind, 64, ""},
 	} {
-		got, err := ParseTensorSpec(c.in)
-		if c.bad {
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("ParseTensorSpec(%q) = %v, %v; want an error with %q", c.in, got, err, c.want)
-			}
-			continue
+		err := c.p.CheckDefault(c.kind, c.bits)
+		if c.err == "" && err != nil || c.err != "" && (err == nil || err.Error() != c.err) {
+			t.Errorf("%s=%s as %v%d: %v, want %q", c.p.Name, c.p.Default, c.kind, c.bits, err, c.err)
 		}
-		if err != nil || got.String() != c.want {
-			t.Errorf("ParseTensorSpec(%q) = %q, %v; want %q", c.in, got.String(), err, c.want)
-		}
+	}
+	if _, err := ParseSchema("mylib.mm(x: float33)"); err == nil || !strings.Contains(err.Error(), "parameter x: ") {
+		t.Errorf("a bad dtype: %v", err)
 	}
 }
 
@@ -158,14 +167,14 @@ func TestCallChecksAndRuns(t *testing.T) {
 	}
 	short := f32(t, 1, 2)
 	_, err = f.Call(&Args{Tensors: []*zerocopy.View{out, short, nil}, Values: make([]Value, 3), StreamDevice: -1}, 0)
-	want := "t.scale: argument x: want float32 [N] C (N=3 from out); got float32 [2] C/F-contiguous cpu writable: shape[0] (2 != N=3 from out)"
+	want := "t.scale: argument x: want float32 [N] C (N=3 from out); got float32 [2] C/F cpu writable: shape[0] (2 != N=3 from out)"
 	if ClassOf(err) != ValueError || err.Error() != want {
 		t.Fatalf("a short x:\n got %v (%v)\nwant %s", err, ClassOf(err), want)
 	}
 	i64, _ := zerocopy.FromSlice([]int64{1, 2, 3}, 3)
 	defer i64.Close()
 	_, err = f.Call(&Args{Tensors: []*zerocopy.View{out, i64, nil}, Values: make([]Value, 3), StreamDevice: -1}, 0)
-	if ClassOf(err) != TypeError || !strings.HasSuffix(err.Error(), "int64 [3] C/F-contiguous cpu writable: dtype") {
+	if ClassOf(err) != TypeError || err.Error() != "t.scale: argument x: want float32 [N] C (N=3 from out); got int64 [3] C/F cpu writable: dtype" {
 		t.Fatalf("an int64 x: %v", err)
 	}
 }
@@ -259,22 +268,6 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-func TestDeviceKinds(t *testing.T) {
-	for _, c := range []struct {
-		k    DeviceKind
-		d    dlpack.DeviceType
-		want bool
-	}{
-		{CPU, dlpack.CPU, true}, {CPU, dlpack.CUDAHost, true}, {CPU, dlpack.CUDA, false}, {CPU, dlpack.CUDAManaged, true},
-		{CUDA, dlpack.CUDA, true}, {CUDA, dlpack.CPU, false}, {CUDA, dlpack.CUDAManaged, true},
-		{AnyDevice, dlpack.CPU, true}, {AnyDevice, dlpack.CUDA, true}, {AnyDevice, dlpack.ROCM, false},
-	} {
-		if got := c.k.accepts(dlpack.Device{Type: c.d}); got != c.want {
-			t.Errorf("%v accepts %v = %v", c.k, c.d, got)
-		}
-	}
-}
-
 func FuzzParseSchema(f *testing.F) {
 	for _, s := range []string{"a.b(x: float32 [N, K] C cuda writable, y=1.0, s='a,b')", "a.b()", "a.b(x: [", "a.b(x: f32|f64 [*])"} {
 		f.Add(s)
@@ -288,11 +281,179 @@ func FuzzParseSchema(f *testing.F) {
 			t.Fatalf("parseSchema(%q) accepted the name %q", s, name)
 		}
 		for _, p := range params {
-			if p.tensor != nil {
-				if _, err := ParseTensorSpec(p.tensor.String()); err != nil && p.tensor.String() != "any tensor" {
-					t.Fatalf("parseSchema(%q): the spec %q does not parse again: %v", s, p.tensor.String(), err)
+			if p.Tensor != nil {
+				if w, err := zerocopy.ParseWant(p.Tensor.String()); err != nil || w.String() != p.Tensor.String() {
+					t.Fatalf("parseSchema(%q): the spec %q does not parse again: %v, %v", s, p.Tensor.String(), w, err)
 				}
 			}
 		}
 	})
+}
+
+// Arguments that share memory with a written one are read from a copy, as
+// NumPy's ufuncs make overlapping arguments right; two written arguments
+// that share memory are refused before the body runs.
+func TestCallOverlappingArguments(t *testing.T) {
+	scale, err := NewFunc("t.scale(out: float32 [N] C writable, x: float32 [N] C, factor=2.0)", scaleBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reverse, err := NewFunc("t.reverse(out: float32 [N] writable, x: float32 [N])", func(out, x *zerocopy.View) error {
+		o, _ := zerocopy.HostSlice[float32](out)
+		in, _ := zerocopy.HostSliceRO[float32](x)
+		for i := range o {
+			o[i] = in[len(in)-1-i]
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// out = x, elementwise, with x F-contiguous (read through its C
+	// transpose): x a transposed view of out makes this a transpose in place.
+	assignF, err := NewFunc("t.assign_f(out: float32 [N, N] C writable, x: float32 [N, N] F)", func(out, x *zerocopy.View) error {
+		if !x.IsFContiguous() {
+			return ValueErrorf("x is not F-contiguous")
+		}
+		xt, _ := x.T()
+		o, _ := zerocopy.HostSlice[float32](out)
+		in, _ := zerocopy.HostSliceRO[float32](xt)
+		n := int(out.Shape()[0])
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				o[i*n+j] = in[j*n+i]
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	both, err := NewFunc("t.both(a: float32 writable, b: float32 writable)", func(a, b *zerocopy.View) { ran = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := func(v *zerocopy.View, start, stop int64) *zerocopy.View {
+		s, err := v.Slice(0, start, stop, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		f    *Func
+		args func(m *zerocopy.View) []*zerocopy.View // over m, float32 0..8
+		want []float32                               // m after the call
+		err  string
+	}{
+		{"written one element ahead of what is read", scale,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{slice(m, 1, 9), slice(m, 0, 8), nil} },
+			[]float32{0, 0, 2, 4, 6, 8, 10, 12, 14}, ""},
+		{"written one element behind what is read", scale,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{slice(m, 0, 8), slice(m, 1, 9), nil} },
+			[]float32{2, 4, 6, 8, 10, 12, 14, 16, 8}, ""},
+		{"the same memory, read in another order", reverse,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{m, m} },
+			[]float32{8, 7, 6, 5, 4, 3, 2, 1, 0}, ""},
+		{"a transpose in place keeps the order the schema asks for", assignF,
+			func(m *zerocopy.View) []*zerocopy.View {
+				sq, _ := m.Reshape(3, 3)
+				tr, _ := sq.T()
+				return []*zerocopy.View{sq, tr}
+			},
+			[]float32{0, 3, 6, 1, 4, 7, 2, 5, 8}, ""},
+		{"two written arguments", both,
+			func(m *zerocopy.View) []*zerocopy.View { return []*zerocopy.View{slice(m, 0, 5), slice(m, 4, 9)} },
+			[]float32{0, 1, 2, 3, 4, 5, 6, 7, 8}, "t.both: arguments a and b share memory and both are written: pass tensors that do not overlap"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := f32(t, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+			tensors := c.args(m)
+			orig := append([]*zerocopy.View(nil), tensors...)
+			ran = false
+			_, err := c.f.Call(&Args{Tensors: tensors, Values: make([]Value, len(tensors)), StreamDevice: -1}, 0)
+			if c.err == "" && err != nil || c.err != "" && (err == nil || err.Error() != c.err || ClassOf(err) != ValueError || ran) {
+				t.Fatalf("Call: %v (%v, body ran: %v); want %q", err, ClassOf(err), ran, c.err)
+			}
+			got, _ := zerocopy.HostSliceRO[float32](m)
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("memory after the call (-want +got):\n%s", diff)
+			}
+			for i := range orig {
+				if tensors[i] != orig[i] {
+					t.Errorf("argument %d is not the caller's view after the call", i)
+				}
+			}
+		})
+	}
+}
+
+// A result that views the copy an overlapping argument was read from
+// outlives the call, as a view of the caller's argument would.
+func TestCallResultOfACopiedArgument(t *testing.T) {
+	f, err := NewFunc("t.fill_and_view(out: float32 [N] writable, x: float32 [N])", func(out, x *zerocopy.View) (*zerocopy.View, error) {
+		o, _ := zerocopy.HostSlice[float32](out)
+		for i := range o {
+			o[i] = -1
+		}
+		return x.Slice(0, 0, 2, 1) // borrows x's reference
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := f32(t, 1, 2, 3, 4)
+	out, err := f.Call(&Args{Tensors: []*zerocopy.View{m, m}, Values: make([]Value, 2), StreamDevice: -1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Tensors[0]
+	defer r.Close()
+	got, err := zerocopy.HostSliceRO[float32](r)
+	if err != nil {
+		t.Fatalf("the result after the call: %v", err)
+	}
+	if diff := cmp.Diff([]float32{1, 2}, got); diff != "" {
+		t.Errorf("the result reads what x held before the body wrote (-want +got):\n%s", diff)
+	}
+}
+
+// A stream of another device than the call's CUDA tensors is refused before
+// the body runs (the body would launch on it with the tensors' context).
+func TestCallRefusesStreamOfAnotherDevice(t *testing.T) {
+	ran := false
+	f, err := NewFunc("t.axpy(y: float32 [N] cuda writable, x: float32 [N] cuda)", func(s *cuda.Stream, y, x *zerocopy.View) { ran = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := func(ord int32, ptr uintptr) *zerocopy.View {
+		v, err := zerocopy.Wrap(zerocopy.Spec{Ptr: ptr, Device: dlpack.CUDADevice(int(ord)), DType: dlpack.Float32Type, Shape: []int64{4}}, zerocopy.NewOwner(nil, "made-up device memory"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+	y, x := dev(0, 0x10000), dev(0, 0x20000)
+	for _, c := range []struct {
+		name      string
+		streamDev int
+		refused   bool
+	}{
+		{"a stream of cuda:1", 1, true},
+		{"a stream of cuda:3", 3, true},
+		{"a stream of the tensors' device", 0, false},
+		{"a stream whose device the caller does not know", -1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ran = false
+			_, err := f.Call(&Args{Tensors: []*zerocopy.View{y, x}, Values: make([]Value, 2), Stream: 0x5000, StreamDevice: c.streamDev}, 0)
+			want := fmt.Sprintf("t.axpy: stream= is a stream of cuda:%d, but argument x is on cuda:0: pass a stream of cuda:0 (or none for the tensors' current stream)", c.streamDev)
+			refused := err != nil && ClassOf(err) == ValueError && err.Error() == want
+			if refused != c.refused || ran && c.refused {
+				t.Fatalf("Call: %v (%v, body ran: %v); refused %v, want %v", err, ClassOf(err), ran, refused, c.refused)
+			}
+		})
+	}
 }

@@ -2,121 +2,56 @@ package pyfunc
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
-	"github.com/dlbridge/dlbridge/dlpack"
 	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
-// DeviceKind is where a tensor parameter accepts memory.
-type DeviceKind uint8
-
-const (
-	// AnyDevice accepts host and CUDA memory (the zero value).
-	AnyDevice DeviceKind = iota
-	// CPU accepts memory the host reads directly: cpu, cuda_host
-	// (page-locked) and cuda_managed.
-	CPU
-	// CUDA accepts CUDA device memory: cuda and cuda_managed.
-	CUDA
-)
-
-func (k DeviceKind) String() string {
-	switch k {
-	case CPU:
-		return "cpu"
-	case CUDA:
-		return "cuda"
-	}
-	return "cpu or cuda"
+// Schema is a registration's schema as written, before it meets a Go
+// function: what `dlbridge build` checks against the function's parameter
+// types without running it (NewFunc checks the same against a Go value).
+type Schema struct {
+	Name   string // the dotted name, "mylib.scale"
+	Params []SchemaParam
 }
 
-// accepts reports whether a tensor on d meets k.
-func (k DeviceKind) accepts(d dlpack.Device) bool {
-	switch d.Type {
-	case dlpack.CPU, dlpack.CUDAHost:
-		return k != CUDA
-	case dlpack.CUDA:
-		return k != CPU
-	case dlpack.CUDAManaged:
-		return true
-	}
-	return false
-}
-
-// Dim is one extent of a tensor parameter's shape: a Name shared across
-// parameters, a fixed Size, or any extent (Name "" and Size -1).
-type Dim struct {
+// SchemaParam is one parameter as the schema writes it.
+type SchemaParam struct {
 	Name string
-	Size int64
+	// Tensor is the constraints after a colon ("x: float32 [N]"); nil for
+	// a parameter written without one, which is a scalar, or a tensor
+	// that accepts any tensor.
+	Tensor *zerocopy.Want
+	// Default is the default after "=", as written; HasDefault says
+	// whether there is one.
+	Default    string
+	HasDefault bool
 }
 
-func (d Dim) String() string {
-	switch {
-	case d.Name != "":
-		return d.Name
-	case d.Size >= 0:
-		return strconv.FormatInt(d.Size, 10)
-	}
-	return "*"
+// ParseSchema reads a schema, "ns.name(p: spec, q=1.0)", without a Go
+// function: the name, and each parameter's tensor constraints (a
+// zerocopy.Want) or default. The errors are those NewFunc and Register
+// give for the same schema.
+func ParseSchema(schema string) (Schema, error) {
+	name, params, err := parseSchema(schema)
+	return Schema{Name: name, Params: params}, err
 }
 
-// TensorSpec is what a tensor parameter accepts, as its schema states it.
-type TensorSpec struct {
-	DTypes   []dlpack.DataType // empty: any dtype
-	Shape    []Dim             // nil: any ndim; empty and not nil: 0-d
-	Order    zerocopy.Order
-	Device   DeviceKind
-	Writable bool
-}
-
-// String writes the spec as the schema does: "float32 [N] writable".
-func (t TensorSpec) String() string {
-	var parts []string
-	if len(t.DTypes) > 0 {
-		names := make([]string, len(t.DTypes))
-		for i, d := range t.DTypes {
-			names[i] = d.String()
-		}
-		parts = append(parts, strings.Join(names, "|"))
+// CheckDefault checks that p's default, as written, is a value of a Go
+// parameter of kind k whose type is bits wide (for int, uint and float
+// kinds; 0 for the others): the check NewFunc makes, for a caller that
+// knows the parameter's type only by name (go/types).
+func (p SchemaParam) CheckDefault(k Kind, bits int) error {
+	if !p.HasDefault {
+		return nil
 	}
-	if t.Shape != nil {
-		dims := make([]string, len(t.Shape))
-		for i, d := range t.Shape {
-			dims[i] = d.String()
-		}
-		parts = append(parts, "["+strings.Join(dims, ", ")+"]")
-	}
-	switch t.Order {
-	case zerocopy.COrder:
-		parts = append(parts, "C")
-	case zerocopy.FOrder:
-		parts = append(parts, "F")
-	}
-	if t.Device != AnyDevice {
-		parts = append(parts, t.Device.String())
-	}
-	if t.Writable {
-		parts = append(parts, "writable")
-	}
-	if parts == nil {
-		return "any tensor"
-	}
-	return strings.Join(parts, " ")
-}
-
-// schemaParam is one parameter as the schema writes it.
-type schemaParam struct {
-	name       string
-	tensor     *TensorSpec // after a colon
-	defaultSrc string      // after "=", as written
-	hasDefault bool
+	_, err := parseDefaultBits(p.Default, k, bits)
+	return err
 }
 
 // parseSchema splits "ns.name(p: spec, q=1.0)" into the dotted name and the
 // parameters.
-func parseSchema(schema string) (name string, params []schemaParam, err error) {
+func parseSchema(schema string) (name string, params []SchemaParam, err error) {
 	open := strings.IndexByte(schema, '(')
 	if open < 0 || !strings.HasSuffix(strings.TrimSpace(schema), ")") {
 		return "", nil, fmt.Errorf("schema %q: want name(params), e.g. \"mylib.scale(x: float32 [N], factor=2.0)\"", schema)
@@ -137,10 +72,10 @@ func parseSchema(schema string) (name string, params []schemaParam, err error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("schema %q: %w", schema, err)
 		}
-		if seen[p.name] {
-			return "", nil, fmt.Errorf("schema %q: parameter %q named twice", schema, p.name)
+		if seen[p.Name] {
+			return "", nil, fmt.Errorf("schema %q: parameter %q named twice", schema, p.Name)
 		}
-		seen[p.name] = true
+		seen[p.Name] = true
 		params = append(params, p)
 	}
 	return name, params, nil
@@ -207,118 +142,30 @@ func splitTop(s string) ([]string, error) {
 	return append(items, strings.TrimSpace(s[start:])), nil
 }
 
-func parseParam(s string) (schemaParam, error) {
+func parseParam(s string) (SchemaParam, error) {
 	if s == "" {
-		return schemaParam{}, fmt.Errorf("an empty parameter")
+		return SchemaParam{}, fmt.Errorf("an empty parameter")
 	}
 	if i := strings.IndexByte(s, ':'); i >= 0 {
 		name := strings.TrimSpace(s[:i])
 		if !isIdent(name) {
-			return schemaParam{}, fmt.Errorf("parameter %q: %q is not an identifier", s, name)
+			return SchemaParam{}, fmt.Errorf("parameter %q: %q is not an identifier", s, name)
 		}
-		spec, err := ParseTensorSpec(s[i+1:])
+		w, err := zerocopy.ParseWant(s[i+1:])
 		if err != nil {
-			return schemaParam{}, fmt.Errorf("parameter %s: %w", name, err)
+			return SchemaParam{}, fmt.Errorf("parameter %s: %w", name, err)
 		}
-		return schemaParam{name: name, tensor: &spec}, nil
+		return SchemaParam{Name: name, Tensor: &w}, nil
 	}
 	if i := strings.IndexByte(s, '='); i >= 0 {
 		name := strings.TrimSpace(s[:i])
 		if !isIdent(name) {
-			return schemaParam{}, fmt.Errorf("parameter %q: %q is not an identifier", s, name)
+			return SchemaParam{}, fmt.Errorf("parameter %q: %q is not an identifier", s, name)
 		}
-		return schemaParam{name: name, defaultSrc: strings.TrimSpace(s[i+1:]), hasDefault: true}, nil
+		return SchemaParam{Name: name, Default: strings.TrimSpace(s[i+1:]), HasDefault: true}, nil
 	}
 	if !isIdent(s) {
-		return schemaParam{}, fmt.Errorf("parameter %q is not an identifier (a tensor is \"x: float32 [N]\", a scalar \"n\" or \"n=1\")", s)
+		return SchemaParam{}, fmt.Errorf("parameter %q is not an identifier (a tensor is \"x: float32 [N]\", a scalar \"n\" or \"n=1\")", s)
 	}
-	return schemaParam{name: s}, nil
-}
-
-// ParseTensorSpec reads a tensor parameter's constraints as a schema writes
-// them after the colon: "float32|float64 [N, K] C cuda writable" (each part
-// optional; "" accepts any tensor).
-func ParseTensorSpec(s string) (TensorSpec, error) {
-	var t TensorSpec
-	rest := strings.TrimSpace(s)
-	if i := strings.IndexByte(rest, '['); i >= 0 {
-		j := strings.IndexByte(rest, ']')
-		if j < i {
-			return t, fmt.Errorf("%q: '[' without ']'", s)
-		}
-		dims, err := parseDims(rest[i+1 : j])
-		if err != nil {
-			return t, fmt.Errorf("%q: %w", s, err)
-		}
-		t.Shape = dims
-		rest = rest[:i] + " " + rest[j+1:]
-	}
-	seenOrder, seenDevice := false, false
-	// "float32 | float64" is one word, as "float32|float64".
-	for strings.Contains(rest, " |") || strings.Contains(rest, "| ") {
-		rest = strings.ReplaceAll(strings.ReplaceAll(rest, " |", "|"), "| ", "|")
-	}
-	for _, tok := range strings.Fields(rest) {
-		switch tok {
-		case "C", "F":
-			if seenOrder {
-				return t, fmt.Errorf("%q: two orders", s)
-			}
-			seenOrder = true
-			t.Order = zerocopy.COrder
-			if tok == "F" {
-				t.Order = zerocopy.FOrder
-			}
-		case "cpu", "cuda":
-			if seenDevice {
-				return t, fmt.Errorf("%q: two devices (leave the device out to accept both)", s)
-			}
-			seenDevice = true
-			t.Device = CPU
-			if tok == "cuda" {
-				t.Device = CUDA
-			}
-		case "writable":
-			t.Writable = true
-		case "*":
-		default:
-			if t.DTypes != nil {
-				return t, fmt.Errorf("%q: unknown word %q (dtypes are one word joined by |; then [shape], C or F, cpu or cuda, writable)", s, tok)
-			}
-			for _, name := range strings.Split(tok, "|") {
-				dt, err := dlpack.ParseDataType(name)
-				if err != nil {
-					return t, fmt.Errorf("%q: %q is neither a dtype nor a constraint (C, F, cpu, cuda, writable): %v", s, name, err)
-				}
-				t.DTypes = append(t.DTypes, dt)
-			}
-		}
-	}
-	return t, nil
-}
-
-func parseDims(s string) ([]Dim, error) {
-	dims := []Dim{}
-	if strings.TrimSpace(s) == "" {
-		return dims, nil
-	}
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		switch {
-		case f == "*":
-			dims = append(dims, Dim{Size: -1})
-		case isIdent(f):
-			dims = append(dims, Dim{Name: f, Size: -1})
-		default:
-			n, err := strconv.ParseInt(f, 10, 64)
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("dimension %q: want a name, a size >= 0 or *", f)
-			}
-			dims = append(dims, Dim{Size: n})
-		}
-	}
-	if len(dims) > dlpack.MaxNDim {
-		return nil, fmt.Errorf("%d dimensions, more than %d", len(dims), dlpack.MaxNDim)
-	}
-	return dims, nil
+	return SchemaParam{Name: s}, nil
 }

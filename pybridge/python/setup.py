@@ -155,7 +155,8 @@ class BuildExt(build_ext):
         floor = self.glibc_floor()
         if floor:
             env["CGO_LDFLAGS"] = " ".join(floor + [env.get("CGO_LDFLAGS", "")]).strip()
-        print(" ".join(cmd), "(in %s)" % root, "CGO_LDFLAGS=%r" % env.get("CGO_LDFLAGS", ""), flush=True)
+        if self.verbose:  # setup.py -q (make ext, make demo): quiet
+            print(" ".join(cmd), "(in %s)" % root, "CGO_LDFLAGS=%r" % env.get("CGO_LDFLAGS", ""), flush=True)
         try:
             subprocess.run(cmd, cwd=root, env=env, check=True)
         except (OSError, subprocess.CalledProcessError) as e:
@@ -308,6 +309,10 @@ def extensions():
 
 
 setup(
+    packages=["dlbridge"],
+    package_data={"dlbridge": ["py.typed", "*.pyi"]},
+    # LICENSE links to the repository's; wheel and sdist carry its text.
+    license_files=["LICENSE"],
     ext_modules=extensions(),
     cmdclass={"build_ext": BuildExt, "sdist": Sdist, "bdist_wheel": BdistWheel},
     options={"bdist_wheel": {"py_limited_api": ABI3_TAG}} if ABI3 else {},

@@ -66,6 +66,16 @@
  *     keep their memory in shared memory, interprocess events their
  *     counters; exported handles work in another process (see the section
  *     "across processes" below for the model).
+ *   - Host work for other fakes: fakecuda_launch_poll(stream, fn, arg)
+ *     queues a call of fn(arg, blocking) that executes in stream order like
+ *     any operation, with the lock dropped (fn may call the driver). fn
+ *     answers 0 when its work is done, nonzero while it waits for something
+ *     outside the stream (another process): a query (cuStreamQuery,
+ *     cuEventQuery) then answers CUDA_ERROR_NOT_READY and leaves it queued,
+ *     a synchronization calls it again until it is done. testdata/fakenccl
+ *     runs its collectives so, as NCCL kernels run on the caller's stream.
+ *     A query of a stream whose operation runs in another thread answers
+ *     CUDA_ERROR_NOT_READY at once, as the real driver never blocks a query.
  *   - Memory pools: cuDeviceGetDefaultMemPool gives one pool per device;
  *     cuMemAllocAsync counts as used in it, freed bytes stay reserved up to
  *     the release threshold (accounting only: memory is not reused).
@@ -190,7 +200,10 @@ static alloc *allocs;
 static int nallocs, capallocs;
 static unsigned long long next_id = 1;
 
-enum { OP_COPY = 1, OP_MEMSET8, OP_MEMSET32, OP_KERNEL, OP_RECORD, OP_WAIT, OP_FREE, OP_COPY2D, OP_COPY3D };
+enum { OP_COPY = 1, OP_MEMSET8, OP_MEMSET32, OP_KERNEL, OP_RECORD, OP_WAIT, OP_FREE, OP_COPY2D, OP_COPY3D, OP_POLL };
+
+/* fakecuda_launch_poll's work: 0 when done, nonzero while not ready. */
+typedef int (*poll_fn)(void *arg, int blocking);
 
 typedef struct op {
     struct op *next;
@@ -208,6 +221,8 @@ typedef struct op {
     volatile unsigned long long *ipc_done; /* OP_WAIT on another process's event: its shared counter */
     int ipc_pid;                           /* ... and that process */
     volatile unsigned long long *ipc_mark; /* OP_RECORD of an interprocess event: its shared counter */
+    poll_fn poll;                          /* OP_POLL: the work and its argument */
+    void *poll_arg;
 } op;
 
 typedef struct fstream {
@@ -387,6 +402,7 @@ static alloc *add_alloc(uintptr_t base, size_t size, int kind, fctx *c) {
 }
 
 static int ipc_del_alloc(alloc *a);
+static long env_ms(const char *name, long def);
 static void ipc_poison(alloc *a);
 static unsigned long long next_free_gen = 1;
 
@@ -454,10 +470,37 @@ static int ipc_wait_op(fstream *s, op *o);
 
 static void ipc_wait_busy(fstream *s);
 
+/* Set by the queries around their one step: an OP_POLL that is not ready
+ * then stays queued instead of being waited for. */
+static __thread int tls_query;
+
+/* step_poll runs the OP_POLL at the head of s with the lock dropped: once
+ * for a query, until done otherwise. It answers whether it is done. */
+static int step_poll(fstream *s, op *o) {
+    int blocking = !tls_query;
+    s->busy = 1;
+    pthread_mutex_unlock(&mu);
+    int r;
+    for (;;) {
+        r = o->poll(o->poll_arg, blocking);
+        if (r == 0 || !blocking) break;
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&mu);
+    s->busy = 0;
+    return r == 0;
+}
+
 static void step(fstream *s) {
     ipc_wait_busy(s);
     op *o = s->head;
     if (!o) return;
+    if (o->type == OP_POLL) {
+        if (!step_poll(s, o)) return;
+        /* The lock was dropped: s->head is still o (nothing else steps a
+         * busy stream), but work may have been queued behind it. */
+    }
     s->head = o->next;
     if (!s->head) s->tail = NULL;
     s->npending--;
@@ -821,6 +864,8 @@ static int exec_op(op *o) {
     }
     case OP_COPY3D:
         return exec_copy3d((CUDA_MEMCPY3D *)o->buf);
+    case OP_POLL:
+        return 0; /* step_poll ran it to completion before it was dequeued */
     }
     return CUDA_ERROR_UNKNOWN;
 }
@@ -1244,6 +1289,31 @@ EXPORT CUresult cuMemPoolSetAccess(void *h, const fmemaccess *map, size_t count)
 }
 
 /* fakecuda_stale_stream_uses: calls that named a destroyed stream. */
+/* fakecuda_launch_poll queues fn(arg, blocking) on stream h (see the
+ * model at the top): the hook testdata/fakenccl runs its operations by. */
+EXPORT CUresult fakecuda_launch_poll(void *h, poll_fn fn, void *arg) {
+    ENTER("fakecuda_launch_poll");
+    NEED_INIT();
+    if (!fn) RETURN(CUDA_ERROR_INVALID_VALUE);
+    fstream *s; fctx *c;
+    int r = resolve(h, &s, &c);
+    if (r) RETURN(r);
+    if (!s) {
+        /* An implicit stream runs work at once: wait here for it. */
+        pthread_mutex_unlock(&mu);
+        while (fn(arg, 1)) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+        return 0;
+    }
+    op *o = new_op(OP_POLL);
+    o->poll = fn;
+    o->poll_arg = arg;
+    submit(s, c, o);
+    RETURN(0);
+}
+
 EXPORT long fakecuda_stale_stream_uses(void) {
     pthread_mutex_lock(&mu);
     long n = stale_uses;
@@ -1607,7 +1677,7 @@ EXPORT CUresult cuStreamQuery(void *h) {
     if (!s) RETURN(0);
     if (s->err) { r = s->err; s->err = 0; RETURN(r); }
     if (!s->head) RETURN(0);
-    step(s);
+    if (!s->busy) { tls_query = 1; step(s); tls_query = 0; }
     RETURN(CUDA_ERROR_NOT_READY);
 }
 
@@ -1721,6 +1791,7 @@ EXPORT CUresult cuEventRecord(void *h, void *stream) {
 
 static int ipc_remote_sync(fevent *e);
 static int ipc_remote_done(fevent *e);
+static int ipc_skipping(void);
 
 EXPORT CUresult cuEventSynchronize(void *h) {
     ENTER("cuEventSynchronize");
@@ -1737,10 +1808,10 @@ EXPORT CUresult cuEventQuery(void *h) {
     NEED_CTX_STRICT();
     fevent *e = reg_find(h, H_EVENT);
     if (!e) RETURN(CUDA_ERROR_INVALID_HANDLE);
-    if (e->ipc_pid) RETURN(ipc_remote_done(e) ? 0 : CUDA_ERROR_NOT_READY);
+    if (e->ipc_pid) RETURN(ipc_skipping() || ipc_remote_done(e) ? 0 : CUDA_ERROR_NOT_READY);
     if (e->done_gen >= e->rec_gen) RETURN(0);
     fstream *s = stream_by_id(e->stream_id);
-    if (s) step(s);
+    if (s && !s->busy) { tls_query = 1; step(s); tls_query = 0; }
     RETURN(CUDA_ERROR_NOT_READY);
 }
 
@@ -2284,6 +2355,15 @@ static int ipc_del_alloc(alloc *a) {
     fipcpool *p = a->ipool;
     size_t off = a->base - (uintptr_t)p->base;
     if (a->ipc_imported) {
+        /* FAKECUDA_IPC_UNMAP_DELAY_MS: an importer's free executes that
+         * much later (a busy device), so that an exporter that frees
+         * without waiting for it is caught by the check of that order. */
+        static long unmap_delay = -1;
+        if (unmap_delay < 0) unmap_delay = env_ms("FAKECUDA_IPC_UNMAP_DELAY_MS", 0);
+        if (unmap_delay > 0) {
+            struct timespec ts = {unmap_delay / 1000, (unmap_delay % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         ipc_unmapped(p, off);
         return 1;
     }
@@ -2627,6 +2707,13 @@ static int ipc_wait_op(fstream *s, op *o) {
 }
 
 static int ipc_skip_waits = -1;
+
+/* ipc_skipping: FAKECUDA_IPC_SKIP_WAITS is set; a query of another
+ * process's event then answers "done" at once, as its waits are dropped. */
+static int ipc_skipping(void) {
+    if (ipc_skip_waits < 0) ipc_skip_waits = env_ms("FAKECUDA_IPC_SKIP_WAITS", 0) != 0;
+    return ipc_skip_waits;
+}
 
 static int ipc_remote_wait(fstream *s, fctx *c, fevent *e, uintptr_t h) {
     unsigned long long gen = __atomic_load_n(&e->ipc[0], __ATOMIC_ACQUIRE);

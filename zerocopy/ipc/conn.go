@@ -8,8 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -104,8 +102,12 @@ const maxPacket = 1 << 16
 // may send tensors (Send) and receive them (Recv). A Conn's sends and
 // receives may be called from several goroutines.
 type Conn struct {
-	uc  *net.UnixConn
-	dev int // the device imports are made on (the one of the peer's pool)
+	uc   *net.UnixConn
+	dev  int    // the device imports are made on (the one of the peer's pool)
+	peer string // who the peer is, for errors: its process id and the socket path
+
+	timeout     atomic.Int64 // nanoseconds: deadline of each write and each wait for an answer
+	recvTimeout atomic.Int64 // nanoseconds: how long Recv waits (0: for ever)
 
 	wmu sync.Mutex // one packet at a time
 
@@ -121,6 +123,7 @@ type Conn struct {
 	closing   bool // Close was called: close the socket when nothing is left to come back
 	bye       bool // the peer sent msgBye: no more tensors from it
 	shutting  bool // the socket's close has begun (retires for the peer first)
+	halfShut  bool // our writing side is shut: the peer's end is awaited
 	retiring  int  // retireCached calls under way: the socket waits for them
 	closed    bool
 
@@ -133,31 +136,89 @@ type Conn struct {
 	ended  bool          // the reader stopped
 	qcond  *sync.Cond    // on mu: queue or ended changed
 	exited chan struct{} // closed when the reader stops
+
+	peerEnded chan struct{}  // closed when end begins: done events need no wait
+	polls     sync.WaitGroup // afterDone's pollers of done events
 }
 
 // Listener accepts connections on a Unix socket path.
 type Listener struct {
-	ul *net.UnixListener
+	ul   *net.UnixListener
+	path string
+	file os.FileInfo // the socket file made at path
+
+	mu     sync.Mutex
+	closed bool
 }
 
-// Listen listens on the Unix socket path. A stale socket left there (its
-// listener gone) is removed first; one that a process still listens on is
-// refused (syscall.EADDRINUSE), rather than taken from that process.
+// Listen listens on the Unix socket path. The socket is made 0600 (only
+// this user may connect) whatever the umask: it is bound in a private 0700
+// folder beside path, its mode set, and only then linked at path, which
+// fails if anything appeared there meanwhile. A stale socket left at path
+// (nothing bound to it any more) is removed first; a live one, of any
+// socket type (stream, datagram, seqpacket), or anything that is not a
+// socket, is refused (syscall.EADDRINUSE), rather than taken from whoever
+// uses it.
 func Listen(path string) (*Listener, error) {
 	if err := checkPath(path); err != nil {
 		return nil, fmt.Errorf("ipc: Listen: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if listening(path) {
-			return nil, fmt.Errorf("ipc: Listen: %s: %w (another listener is serving there)", path, syscall.EADDRINUSE)
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("ipc: Listen: %s: %w (a %v that is not a socket is there)", path, syscall.EADDRINUSE, fi.Mode().Type())
+		}
+		if live(path) {
+			return nil, fmt.Errorf("ipc: Listen: %s: %w (a live socket is there)", path, syscall.EADDRINUSE)
 		}
 		os.Remove(path)
 	}
-	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".dlbridge-sock-")
+	if err != nil {
+		return nil, fmt.Errorf("ipc: Listen: a private folder beside %s: %w", path, err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	if len(tmp) > maxPath {
+		// The private folder's name makes the path too long: bind at path
+		// itself and set the mode before anyone can know the socket is
+		// there (its folder is the caller's).
+		tmp = path
+	}
+	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("ipc: Listen: %w", err)
 	}
-	return &Listener{ul: ul}, nil
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ul.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("ipc: Listen: %w", err)
+	}
+	if tmp != path {
+		if err := os.Link(tmp, path); err != nil {
+			ul.Close()
+			return nil, fmt.Errorf("ipc: Listen: %w", err)
+		}
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("ipc: Listen: %w", err)
+	}
+	return &Listener{ul: ul, path: path, file: fi}, nil
+}
+
+// live reports whether a socket is bound at path, whatever its type: a
+// datagram socket connected to answers at once (no peer is made), a socket
+// of another type answers EPROTOTYPE, and a stale one ECONNREFUSED.
+func live(path string) bool {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return true // cannot tell: refuse rather than unlink
+	}
+	defer syscall.Close(fd)
+	err = syscall.Connect(fd, &syscall.SockaddrUnix{Name: path})
+	return err == nil || errors.Is(err, syscall.EPROTOTYPE) || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT))
 }
 
 // maxPath is the longest path a Unix socket address holds (sun_path less
@@ -174,46 +235,60 @@ func checkPath(path string) error {
 	return nil
 }
 
-// listening reports whether a socket of this network namespace listens on
-// path, from /proc/net/unix (Linux; elsewhere it answers false). Connecting
-// to find out would hand the listener a peer that goes away at once.
-func listening(path string) bool {
-	b, err := os.ReadFile("/proc/net/unix")
-	if err != nil {
-		return false
+// Addr is the socket path.
+func (l *Listener) Addr() string { return l.path }
+
+// Accept waits for the next peer. Errors that a later accept may not have
+// (too many open files: EMFILE, ENFILE; a peer gone before it was
+// accepted; no buffer memory) are waited out with a growing pause (5 ms to
+// 1 s), as Go's net/http server does, rather than ending the accepting.
+func (l *Listener) Accept() (*Conn, error) {
+	var pause time.Duration
+	for {
+		uc, err := l.ul.AcceptUnix()
+		if err == nil {
+			return newConnWith(uc, nil, l.path), nil
+		}
+		if !temporary(err) {
+			return nil, fmt.Errorf("ipc: Accept: %w", err)
+		}
+		reportError(fmt.Errorf("ipc: Accept on %s: %w; retrying in %v", l.path, err, pause))
+		if pause == 0 {
+			pause = 5 * time.Millisecond
+		} else if pause *= 2; pause > time.Second {
+			pause = time.Second
+		}
+		time.Sleep(pause)
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("ipc: Accept: %w", net.ErrClosed)
+		}
 	}
-	abs, _ := filepath.Abs(path)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		// Num RefCount Protocol Flags Type St Inode Path
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			continue
-		}
-		flags, err := strconv.ParseUint(f[3], 16, 32)
-		if err != nil || flags&0x10000 == 0 { // __SO_ACCEPTCON: a listener
-			continue
-		}
-		if p := strings.Join(f[7:], " "); p == path || p == abs {
+}
+
+// temporary reports whether an accept error may go away by itself.
+func temporary(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED, syscall.ENOBUFS, syscall.ENOMEM, syscall.EINTR} {
+		if errors.Is(err, e) {
 			return true
 		}
 	}
 	return false
 }
 
-// Addr is the socket path.
-func (l *Listener) Addr() string { return l.ul.Addr().String() }
-
-// Accept waits for the next peer.
-func (l *Listener) Accept() (*Conn, error) {
-	uc, err := l.ul.AcceptUnix()
-	if err != nil {
-		return nil, fmt.Errorf("ipc: Accept: %w", err)
+// Close stops listening and removes the socket (if the file at the path
+// is still the one this listener made).
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.file) {
+		os.Remove(l.path)
 	}
-	return newConn(uc), nil
+	return l.ul.Close()
 }
-
-// Close stops listening and removes the socket.
-func (l *Listener) Close() error { return l.ul.Close() }
 
 // Dial connects to a Listener's socket path.
 func Dial(path string) (*Conn, error) {
@@ -224,20 +299,23 @@ func Dial(path string) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipc: Dial: %w", err)
 	}
-	return newConn(uc), nil
+	return newConnWith(uc, nil, path), nil
 }
 
 // NewConn wraps a connected SOCK_SEQPACKET Unix socket (for example one end
 // of a socketpair handed to a child process).
 func NewConn(uc *net.UnixConn) *Conn { return newConn(uc) }
 
-func newConn(uc *net.UnixConn) *Conn { return newConnWith(uc, nil) }
+func newConn(uc *net.UnixConn) *Conn { return newConnWith(uc, nil, "") }
 
-func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64)) *Conn {
+// newConnWith makes a Conn of uc whose claims go to onClaim (a Server's),
+// naming the socket path in errors (empty: the socket's own address).
+func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64), path string) *Conn {
 	c := &Conn{
 		onClaim:   onClaim,
 		uc:        uc,
 		dev:       -1,
+		peer:      peerName(uc, path),
 		sentPools: map[[16]byte]bool{},
 		mapPools:  map[*Pool]struct{}{},
 		leases:    map[uint64]*lease{},
@@ -245,23 +323,107 @@ func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64)) *Conn {
 		doneOpen:  map[cuda.IPCEventHandle]*cuda.Event{},
 		claims:    map[uint64]chan claimResult{},
 		exited:    make(chan struct{}),
+		peerEnded: make(chan struct{}),
 	}
 	c.qcond = sync.NewCond(&c.mu)
+	c.timeout.Store(int64(DefaultTimeout))
 	c.imp = newImporter(c)
 	go c.read()
 	return c
 }
 
-func (c *Conn) write(b []byte, fd int) error {
+// DefaultTimeout is how long a Conn waits, unless told otherwise
+// (SetTimeout), for a write to the peer's socket to go through and for the
+// peer to answer a claim or a retire: a peer that is stopped, stuck or
+// hostile must not hang this process.
+const DefaultTimeout = 60 * time.Second
+
+// ErrTimeout is matched (errors.Is) by the errors of a wait on the peer
+// that passed its deadline; they match os.ErrDeadlineExceeded too.
+var ErrTimeout = fmt.Errorf("ipc: the peer did not answer in time: %w", os.ErrDeadlineExceeded)
+
+// SetTimeout sets how long each write to the peer and each wait for its
+// answer (Claim, Close's and Trim's retires) may take; 0 or less: no
+// deadline. Past it the call fails with an error matching ErrTimeout that
+// names the peer and the operation.
+func (c *Conn) SetTimeout(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	c.timeout.Store(int64(d))
+}
+
+// Timeout is what SetTimeout set (DefaultTimeout unless changed).
+func (c *Conn) Timeout() time.Duration { return time.Duration(c.timeout.Load()) }
+
+// SetRecvTimeout sets how long Recv waits for a tensor (0 or less: for
+// ever, the default: a producer may take its time).
+func (c *Conn) SetRecvTimeout(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	c.recvTimeout.Store(int64(d))
+}
+
+// Peer names the peer for messages: its process id (SO_PEERCRED) and the
+// socket path.
+func (c *Conn) Peer() string { return c.peer }
+
+func (c *Conn) timeoutErr(op string, d time.Duration) error {
+	return fmt.Errorf("ipc: %s with %s: no progress within %v: %w", op, c.peer, d, ErrTimeout)
+}
+
+// peerName finds the peer's process id (SO_PEERCRED) and names it with
+// the socket path (where empty, the socket's own address: a Listener binds
+// in a private folder and links the socket at its path).
+func peerName(uc *net.UnixConn, path string) string {
+	pid := -1
+	if rc, err := uc.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if cr, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+				pid = int(cr.Pid)
+			}
+		})
+	}
+	if path == "" {
+		if a, ok := uc.LocalAddr().(*net.UnixAddr); ok && a.Name != "" {
+			path = a.Name
+		} else if a, ok := uc.RemoteAddr().(*net.UnixAddr); ok && a != nil {
+			path = a.Name
+		}
+	}
+	name := "peer"
+	if pid > 0 {
+		name = fmt.Sprintf("peer process %d", pid)
+	}
+	if path != "" {
+		name += " on " + path
+	}
+	return name
+}
+
+// write sends one packet (and fd, if >= 0) within the connection's
+// timeout: a peer that stopped reading fills the socket's buffer, and a
+// write must not wait for it for ever.
+func (c *Conn) write(op string, b []byte, fd int) error {
 	var oob []byte
 	if fd >= 0 {
 		oob = syscall.UnixRights(fd)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	d := c.Timeout()
+	var dl time.Time
+	if d > 0 {
+		dl = time.Now().Add(d)
+	}
+	c.uc.SetWriteDeadline(dl)
 	n, _, err := c.uc.WriteMsgUnix(b, oob, nil)
 	if err == nil && n != len(b) {
 		err = io.ErrShortWrite
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return c.timeoutErr(op, d)
 	}
 	return err
 }
@@ -319,7 +481,7 @@ func (c *Conn) send(p *Pool, v *zerocopy.View, s *cuda.Stream, tag uint64) error
 		msg[0] = msgPool
 		copy(msg[1:], p.id[:])
 		copy(msg[17:], p.uuid[:])
-		if err := c.write(msg, fd); err != nil {
+		if err := c.write("sending a pool", msg, fd); err != nil {
 			c.mu.Lock()
 			delete(c.sentPools, p.id)
 			c.mu.Unlock()
@@ -330,7 +492,7 @@ func (c *Conn) send(p *Pool, v *zerocopy.View, s *cuda.Stream, tag uint64) error
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.write(append([]byte{msgTensor}, body...), -1); err != nil {
+	if err := c.write("sending a tensor", append([]byte{msgTensor}, body...), -1); err != nil {
 		return fail(err)
 	}
 	return nil
@@ -355,9 +517,23 @@ func (c *Conn) Leases() int {
 // valid and their releases still reach it), and with ErrClosed after
 // Close.
 func (c *Conn) Recv() (*zerocopy.View, error) {
+	d := time.Duration(c.recvTimeout.Load())
+	var deadline time.Time
+	if d > 0 {
+		deadline = time.Now().Add(d)
+		t := time.AfterFunc(d, func() {
+			c.mu.Lock()
+			c.qcond.Broadcast()
+			c.mu.Unlock()
+		})
+		defer t.Stop()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.queue) == 0 && !c.ended && !c.closing && !c.bye {
+		if d > 0 && !time.Now().Before(deadline) {
+			return nil, c.timeoutErr("Recv", d)
+		}
 		c.qcond.Wait()
 	}
 	if len(c.queue) == 0 {
@@ -431,6 +607,10 @@ func parseFDs(oob []byte) []int {
 // handle processes one packet. An error ends the connection: a peer that
 // sends garbage is not trusted further.
 func (c *Conn) handle(m []byte, fds []int) error {
+	if c.onClaim != nil && (m[0] == msgPool || m[0] == msgTensor) {
+		// A Server's peers claim; nobody receives what they would send.
+		return fmt.Errorf("ipc: %s sent a Server a pool or tensor (kind %d): a Server's peers only claim", c.peer, m[0])
+	}
 	switch m[0] {
 	case msgPool:
 		if len(m) != 33 || len(fds) != 1 {
@@ -450,6 +630,14 @@ func (c *Conn) handle(m []byte, fds []int) error {
 		if err := d.UnmarshalBinary(m[1:]); err != nil {
 			return err
 		}
+		c.mu.Lock()
+		halfShut := c.halfShut
+		c.mu.Unlock()
+		if halfShut {
+			// Our mappings are gone and the peer was told: a tensor sent
+			// meanwhile is not mapped (its lease ends with the connection).
+			return nil
+		}
 		v, err := c.imp.open(&d)
 		c.lastImport.Store(int64(time.Since(t0)))
 		if err != nil {
@@ -464,7 +652,9 @@ func (c *Conn) handle(m []byte, fds []int) error {
 			w <- claimResult{v: v, err: err}
 			return nil
 		}
-		if c.closing {
+		// A closing side takes no tensor; nor does anyone want the answer
+		// to a claim that timed out.
+		if c.closing || d.Tag != 0 {
 			c.mu.Unlock()
 			if v != nil {
 				// Not on the reader: its release may close the socket,
@@ -500,7 +690,18 @@ func (c *Conn) handle(m []byte, fds []int) error {
 		if len(m) != 81 || len(fds) != 0 {
 			return fmt.Errorf("ipc: malformed retire message (%d bytes)", len(m))
 		}
-		return c.imp.retire(unmapKeyFrom(m[1:81]))
+		if err := c.imp.retire(unmapKeyFrom(m[1:81])); err != nil {
+			c.mu.Lock()
+			halfShut := c.halfShut
+			c.mu.Unlock()
+			if !halfShut {
+				return err
+			}
+			// The answer cannot go out after our writing side was shut;
+			// the peer counts our mappings gone when our end arrives, and
+			// they were freed before that.
+		}
+		return nil
 	case msgRetired:
 		if len(m) != 146 || len(fds) != 0 {
 			return fmt.Errorf("ipc: malformed retired message (%d bytes)", len(m))
@@ -526,8 +727,8 @@ func (c *Conn) handle(m []byte, fds []int) error {
 	return fmt.Errorf("ipc: unknown message kind %d", m[0])
 }
 
-// released ends a lease the peer gave back: the allocation's stream waits
-// for the peer's done event (on the device), then the reference goes.
+// released ends a lease the peer gave back, once the peer's done event
+// completed (afterDone): only then may the allocation be reused or freed.
 func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
 	c.mu.Lock()
 	l := c.leases[lease]
@@ -537,7 +738,7 @@ func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
 	}
 	// The lease counts until the allocation's reference is gone (Leases,
 	// Pool.Live and the pool's usage agree once it reads 0).
-	defer func() {
+	end := func() {
 		c.mu.Lock()
 		if c.leases[lease] == l {
 			delete(c.leases, lease)
@@ -545,22 +746,25 @@ func (c *Conn) released(lease uint64, h *cuda.IPCEventHandle) error {
 		}
 		c.closeLaterLocked() // the last lease back may close the socket
 		c.mu.Unlock()
-	}()
+	}
 	if h == nil {
+		end()
 		return nil
 	}
-	return c.waitDone(l.u.b, *h)
+	c.afterDone(l.u.b, *h, end)
+	return nil
 }
 
-// waitDone makes b's stream wait for the peer's done event h (opened once
-// per event), or, if it cannot, waits for the event (or the stream) on the
-// host: the free or reuse that follows must not come before the peer's
-// work.
-func (c *Conn) waitDone(b *block, h cuda.IPCEventHandle) error {
+// afterDone runs then once the peer's done event h (opened once per event)
+// completed: the free or reuse that follows must not come before the
+// peer's work. The wait runs on the host, in a goroutine of its own when
+// the event is not complete yet, never on a stream of the pool: a stream
+// that waited for one consumer's event would hold back every allocation
+// and free queued behind it, and so every other consumer, for as long as
+// that consumer's work runs (or for ever, for a consumer that never
+// completes it).
+func (c *Conn) afterDone(b *block, h cuda.IPCEventHandle, then func()) {
 	p := b.pool
-	p.mu.Lock()
-	s := b.stream
-	p.mu.Unlock()
 	c.mu.Lock()
 	ev := c.doneOpen[h]
 	c.mu.Unlock()
@@ -568,22 +772,61 @@ func (c *Conn) waitDone(b *block, h cuda.IPCEventHandle) error {
 		var err error
 		if ev, err = p.ctx.OpenIPCEvent(h); err != nil {
 			// Without the event the free cannot be ordered after the
-			// peer's work: wait for that on the host rather than free
-			// early.
-			reportError(fmt.Errorf("ipc: opening the peer's done event: %w", err))
-			return s.Synchronize()
+			// peer's work: the peer's connection ending is what frees it
+			// (a dead process's work ended with its context).
+			reportError(fmt.Errorf("ipc: opening the done event of %s: %w", c.peer, err))
+			go func() {
+				<-c.peerEnded
+				then()
+			}()
+			return
 		}
 		c.mu.Lock()
-		c.doneOpen[h] = ev
-		c.mu.Unlock()
-	}
-	if err := s.WaitEvent(ev); err != nil {
-		reportError(fmt.Errorf("ipc: ordering a free after the peer's done event: %w", err))
-		if err := ev.Synchronize(); err != nil {
-			return s.Synchronize()
+		if o := c.doneOpen[h]; o != nil {
+			c.mu.Unlock()
+			ev.Destroy()
+			ev = o
+		} else {
+			c.doneOpen[h] = ev
+			c.mu.Unlock()
 		}
 	}
-	return nil
+	if ok, err := ev.Query(); err == nil && ok {
+		then()
+		return
+	}
+	c.polls.Add(1)
+	go func() {
+		defer then()
+		defer c.polls.Done()
+		wait := 20 * time.Microsecond
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		for {
+			ok, err := ev.Query()
+			if ok {
+				return
+			}
+			if err != nil {
+				// An event the driver cannot answer for: wait for the
+				// peer's end instead.
+				reportError(fmt.Errorf("ipc: the done event of %s: %w", c.peer, err))
+				<-c.peerEnded
+				return
+			}
+			select {
+			case <-c.peerEnded:
+				// The peer closed (its unmaps and work finished before
+				// its end) or died (its work ended with its context).
+				return
+			case <-t.C:
+			}
+			if wait < time.Millisecond {
+				wait *= 2
+			}
+			t.Reset(wait)
+		}
+	}()
 }
 
 // sendRetire asks the peer to unmap b, an idle block of p (its answer
@@ -600,7 +843,7 @@ func (c *Conn) sendRetire(p *Pool, b *block) error {
 	msg := make([]byte, 81)
 	msg[0] = msgRetire
 	k.put(msg[1:])
-	if err := c.write(msg, -1); err != nil {
+	if err := c.write("sending a retire", msg, -1); err != nil {
 		c.mu.Lock()
 		delete(c.unmaps, k)
 		c.mu.Unlock()
@@ -609,18 +852,13 @@ func (c *Conn) sendRetire(p *Pool, b *block) error {
 	return nil
 }
 
-// unmappedAtEnd: a retire of b could not be sent to the peer, which is
-// closing the connection (it shut its reading side) or gone. Its close
-// frees its mappings before the socket's end, so b counts as unmapped by
-// it when the connection ended (which drops the peer from every block), or
-// after retireWait at the latest, as for a peer that never answers.
+// unmappedAtEnd: a retire of b could not be sent to the peer: it is gone,
+// or stuck (the write passed its deadline). Its mappings go before its
+// end (a closing peer unmaps first; a dead one's went with its context),
+// so b counts as unmapped by it when its end arrives, never earlier: a
+// stuck peer may still read the memory.
 func (c *Conn) unmappedAtEnd(b *block) {
-	t := time.NewTimer(retireWait)
-	defer t.Stop()
-	select {
-	case <-c.exited:
-	case <-t.C:
-	}
+	<-c.peerEnded
 	b.pool.unmapped(b, c)
 }
 
@@ -635,16 +873,19 @@ func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
 	if b == nil {
 		return fmt.Errorf("ipc: the peer answered a retire of an allocation of pool %x that was not asked", k.pool)
 	}
-	var err error
-	if h != nil {
-		err = c.waitDone(b, *h)
+	done := func() {
+		b.pool.unmapped(b, c)
+		c.mu.Lock()
+		c.qcond.Broadcast() // a Close waiting for its retires' answers
+		c.closeLaterLocked()
+		c.mu.Unlock()
 	}
-	b.pool.unmapped(b, c)
-	c.mu.Lock()
-	c.qcond.Broadcast() // a Close waiting for its retires' answers
-	c.closeLaterLocked()
-	c.mu.Unlock()
-	return err
+	if h == nil {
+		done()
+	} else {
+		c.afterDone(b, *h, done)
+	}
+	return nil
 }
 
 func (c *Conn) sendRetired(k unmapKey, done *cuda.IPCEventHandle) error {
@@ -652,7 +893,7 @@ func (c *Conn) sendRetired(k unmapKey, done *cuda.IPCEventHandle) error {
 	msg[0] = msgRetired
 	k.put(msg[1:])
 	putDone(msg[81:], done)
-	return c.write(msg, -1)
+	return c.write("answering a retire", msg, -1)
 }
 
 func (c *Conn) sendRelease(lease uint64, done *cuda.IPCEventHandle) error {
@@ -660,7 +901,7 @@ func (c *Conn) sendRelease(lease uint64, done *cuda.IPCEventHandle) error {
 	msg[0] = msgRelease
 	binary.LittleEndian.PutUint64(msg[1:], lease)
 	putDone(msg[9:], done)
-	return c.write(msg, -1)
+	return c.write("giving a lease back", msg, -1)
 }
 
 // end runs when the reader stops (the peer closed, died, or misbehaved):
@@ -668,11 +909,12 @@ func (c *Conn) sendRelease(lease uint64, done *cuda.IPCEventHandle) error {
 // on the memory was torn down with its context), received tensors not yet
 // taken are closed.
 func (c *Conn) end(err error) {
+	close(c.peerEnded)
 	c.mu.Lock()
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		err = io.EOF
 	}
-	if c.closed && c.closing {
+	if c.closing && err == io.EOF {
 		err = fmt.Errorf("ipc: %w", ErrClosed)
 	}
 	c.err = err
@@ -697,6 +939,7 @@ func (c *Conn) end(err error) {
 	opened := c.doneOpen
 	c.doneOpen = map[cuda.IPCEventHandle]*cuda.Event{}
 	c.mu.Unlock()
+	c.polls.Wait() // no poller uses an event any more
 	for _, e := range opened {
 		e.Destroy()
 	}
@@ -720,22 +963,27 @@ func (c *Conn) end(err error) {
 // open until then).
 const retireWait = 2 * time.Second
 
-// Close ends the connection gracefully and returns without waiting for
-// the peer. The idle (cached) allocations of our pools that the peer keeps
-// mapped are retired for this peer first: it unmaps them and answers, and
-// Close waits for the answers (up to retireWait, or until the connection
-// ends), so that each is freed, if no other peer maps it, after the peer's
-// unmap, as the driver requires. Then the peer is told that no more
-// tensors come (msgBye: its Recv returns io.EOF once its queue is empty),
-// tensors received and not taken by Recv are closed, and nothing more is
-// sent. Leases the peer still holds do not end: the connection stays open
-// in the background until the peer gave every one of them back (each
-// release ordered after its done event, as usual), the allocations cached
-// meanwhile were retired for it, and the views received over c are
-// closed; then the socket closes. If the peer closes or dies first, its
-// end closes the socket and ends what it held, as it does without Close.
-// A peer that never gives its tensors back keeps their memory allocated
-// until it does or goes away. Done tells when the connection ended.
+// Close ends the connection gracefully and returns promptly: within
+// retireWait (2 s) whatever the peer does. The idle (cached) allocations of
+// our pools that the peer keeps mapped are retired for this peer first: it
+// unmaps them and answers, and Close waits for the answers (up to
+// retireWait, or until the connection ends), so that each is freed, if no
+// other peer maps it, after the peer's unmap, as the driver requires. The
+// allocations of the peer mapped here with no view open are unmapped (and
+// the unmaps finished) before the peer hears anything, and those of views
+// still open are unmapped as each view's last lease goes. Then the peer is
+// told that no more tensors come (msgBye: its Recv returns io.EOF once its
+// queue is empty), tensors received and not taken by Recv are closed, and
+// nothing more is sent. Leases the peer still holds do not end: the
+// connection stays open in the background until the peer gave every one of
+// them back (each release ordered after its done event, as usual), the
+// allocations cached meanwhile were retired for it, and the views received
+// over c are closed; then our writing side shuts, and the socket closes
+// once the peer's end arrives: only then are the allocations it mapped
+// counted unmapped. If the peer closes or dies first, its end closes the
+// socket and ends what it held, as it does without Close. A peer that
+// never gives its tensors back keeps their memory allocated until it does
+// or goes away. Done tells when the connection ended.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closing {
@@ -747,15 +995,31 @@ func (c *Conn) Close() error {
 	c.queue = nil
 	c.qcond.Broadcast()
 	c.mu.Unlock()
-	c.retireCached()
-	c.sendBye()
+	// From now on an allocation of the peer whose last view closes is
+	// unmapped at once (before the done event the peer waits for), and the
+	// idle ones go now: the peer may free them once it sees our end.
+	c.imp.startClosing()
 	// Tensors received but never taken go back now.
 	for _, r := range queued {
 		if r.v != nil {
 			r.v.Close()
 		}
 	}
-	c.maybeClose()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.retireCached()
+		c.sendBye()
+		c.maybeClose()
+	}()
+	t := time.NewTimer(retireWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		// A peer that does not read: the rest goes on in the background,
+		// bounded by the connection's write timeout.
+	}
 	return nil
 }
 
@@ -770,7 +1034,7 @@ func (c *Conn) sendBye() {
 	skip := c.ended || c.closed || c.shutting
 	c.mu.Unlock()
 	if !skip {
-		c.write([]byte{msgBye}, -1)
+		c.write("saying bye", []byte{msgBye}, -1)
 	}
 }
 
@@ -839,50 +1103,68 @@ func (c *Conn) retireCached() {
 	}
 }
 
-// closeReady reports whether the socket may close: Close was called or the
-// peer said bye, no view received over c is open, and, unless the
-// connection ended already, the peer holds no lease and no retire awaits
-// its answer. Called with c.mu held.
+// closeReady reports whether the socket may shut its writing side:
+// Close was called or the peer said bye, no view received over c is open,
+// the peer holds no lease and no retire awaits its answer; or, once the
+// connection ended (the peer's end arrived), whether it may close for good:
+// no view received over c is open. Called with c.mu held.
 func (c *Conn) closeReady() bool {
+	if c.ended {
+		return c.imp.openViews() == 0
+	}
 	if !c.closing && !c.bye {
 		return false
 	}
 	if c.retiring > 0 || c.imp.openViews() > 0 {
 		return false
 	}
-	return c.ended || (len(c.leases) == 0 && len(c.unmaps) == 0)
+	return len(c.leases) == 0 && len(c.unmaps) == 0
 }
 
 // closeLaterLocked starts maybeClose in a goroutine of its own when the
-// connection is closing (Close was called, or the peer said bye) and its
-// socket's close has not begun: the callers run on the reader or hold
-// locks, and maybeClose waits for the reader. Called with c.mu held.
+// connection is closing (Close was called, or the peer said bye) or ended,
+// and the socket is not closed: the callers run on the reader or hold
+// locks, and maybeClose may wait. Called with c.mu held.
 func (c *Conn) closeLaterLocked() {
-	if (c.closing || c.bye) && !c.shutting {
+	if (c.closing || c.bye || c.ended) && !c.closed {
 		go c.maybeClose()
 	}
 }
 
-// maybeClose closes the socket once closeReady. The idle allocations the
-// peer keeps mapped (cached since Close, or all of them on the side that
-// got the peer's bye) are retired for it first, as Close does. The
-// socket's reading side is shut next: the reader takes what is queued
-// (answering retires) and stops, the mappings kept here are freed (in
-// stream order, and the streams synchronized), and only then does the
-// peer see the end: it may free its allocations then, after our unmaps,
-// as the driver requires.
+// maybeClose moves the socket toward its close once closeReady.
+//
+// Before the connection ended: the idle allocations the peer keeps mapped
+// (cached since Close, or all of them on the side that got the peer's bye)
+// are retired for it first, as Close does; then the allocations of the
+// peer mapped here are unmapped and those unmaps finished on the device,
+// and only then our writing side shuts (the peer's reader sees the end).
+// The reader goes on until the peer's end arrives: the peer unmapped what
+// it mapped of ours before its end, as this side did, so that every free
+// comes after the importers' unmaps, as the driver requires.
+//
+// Once the connection ended (the peer closed, died or misbehaved) and no
+// view received over c is open: what the importer holds is dropped and the
+// socket closes at once, not when the garbage collector finds it.
 func (c *Conn) maybeClose() {
 	c.mu.Lock()
-	if c.shutting || c.closed || !c.closeReady() {
+	if c.closed || !c.closeReady() {
+		c.mu.Unlock()
+		return
+	}
+	if c.ended {
+		c.closed = true
+		c.mu.Unlock()
+		c.imp.close()
+		c.uc.Close()
+		return
+	}
+	if c.shutting {
 		c.mu.Unlock()
 		return
 	}
 	c.shutting = true // no lease is added from now on (Send refuses)
-	ended := c.ended
 	c.mu.Unlock()
-	if !ended {
-		c.retireCached()
-	}
+	c.retireCached()
 	c.mu.Lock()
 	if !c.ended && len(c.unmaps) > 0 {
 		// The peer did not answer within retireWait (stopped, or stuck):
@@ -892,14 +1174,28 @@ func (c *Conn) maybeClose() {
 		c.mu.Unlock()
 		return
 	}
-	c.closed = true
+	c.halfShut = true
 	c.mu.Unlock()
-	if err := c.uc.CloseRead(); err != nil {
+	c.imp.startClosing()
+	c.imp.unmapIdle(true)
+	if err := c.uc.CloseWrite(); err != nil {
+		// Without a half close the peer sees our end only with the
+		// socket's: close it (our unmaps are done).
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 		c.uc.Close()
+		<-c.exited
+		c.imp.close()
+		return
 	}
-	<-c.exited
-	c.imp.close()
-	c.uc.Close()
+	// The reader sees the peer's end and calls closeLaterLocked again.
+	c.mu.Lock()
+	ended := c.ended
+	c.mu.Unlock()
+	if ended {
+		c.maybeClose()
+	}
 }
 
 func closeFD(fd int) { syscall.Close(fd) }
@@ -934,13 +1230,33 @@ func (c *Conn) Claim(token uint64) (*zerocopy.View, error) {
 	msg := make([]byte, 9)
 	msg[0] = msgClaim
 	binary.LittleEndian.PutUint64(msg[1:], token)
-	if err := c.write(msg, -1); err != nil {
+	if err := c.write("claiming", msg, -1); err != nil {
 		c.mu.Lock()
 		delete(c.claims, token)
 		c.mu.Unlock()
 		return nil, fmt.Errorf("ipc: Claim: %w", err)
 	}
-	r := <-w
+	var expired <-chan time.Time
+	if d := c.Timeout(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case r := <-w:
+		return r.v, r.err
+	case <-expired:
+	}
+	c.mu.Lock()
+	if c.claims[token] == w {
+		delete(c.claims, token)
+		c.mu.Unlock()
+		// A late answer finds no waiter: its tensor goes to Recv's queue
+		// and back with Close; a refusal is dropped.
+		return nil, c.timeoutErr(fmt.Sprintf("Claim(%d)", token), c.Timeout())
+	}
+	c.mu.Unlock()
+	r := <-w // answered meanwhile
 	return r.v, r.err
 }
 
@@ -948,7 +1264,7 @@ func (c *Conn) refuse(token uint64, why string) error {
 	msg := make([]byte, 9, 9+len(why))
 	msg[0] = msgRefuse
 	binary.LittleEndian.PutUint64(msg[1:], token)
-	return c.write(append(msg, why...), -1)
+	return c.write("refusing a claim", append(msg, why...), -1)
 }
 
 func (c *Conn) isEnded() bool {

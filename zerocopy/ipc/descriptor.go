@@ -145,3 +145,17 @@ func (d *Descriptor) check() error {
 	}
 	return nil
 }
+
+// within checks the descriptor against the mapping the importer really got
+// (size bytes from the allocation's start, as the driver reports them):
+// the peer's own Size is only its word, and a tensor that reached past the
+// mapping would let a kernel of this process fault, or read what the peer
+// never shared.
+func (d *Descriptor) within(size int64) error {
+	if d.Size > size {
+		return fmt.Errorf("%w: it claims an allocation of %d bytes where %d are mapped", ErrBadDescriptor, d.Size, size)
+	}
+	c := *d
+	c.Size = size
+	return c.check()
+}

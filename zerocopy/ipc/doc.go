@@ -14,9 +14,11 @@
 // never waits.
 //
 // Closing a received view gives its lease back: the consumer records a
-// "done" interprocess event on its stream, and the producer's allocation
-// stream waits for that event before the memory is reused or freed. The
-// consumer keeps the allocation mapped: once the producer's own views are
+// "done" interprocess event on its stream, and the producer ends the lease
+// once that event completed (found on the host: a stream of the pool that
+// waited for one consumer would hold back all the others), so the memory
+// is reused or freed only after the consumer's work. The consumer keeps
+// the allocation mapped: once the producer's own views are
 // closed and every lease ended, the pool caches the allocation, and the
 // next Alloc of the same size takes it again, which the consumer receives
 // without a new mapping. To free a cached allocation (Pool.Trim, the
@@ -24,8 +26,12 @@
 // unmaps it in stream order and answers with a done event, and the
 // producer frees it (cuMemFreeAsync) after those events. A peer that
 // closes the connection or dies gives all its leases and mappings back at
-// once (the socket's end is how death is noticed). A consumer whose
-// producer died keeps its views valid (its mappings hold the memory) until
+// once (the socket's end is how death is noticed); each side unmaps what
+// it maps of the other's before its end, so that the exporter's free comes
+// after, as the driver requires. Every wait on a peer has a deadline
+// (Conn.SetTimeout, Conn.SetRecvTimeout, Pool.SetTimeout), and each
+// descriptor is checked against the range the driver really mapped. A
+// consumer whose producer died keeps its views valid (its mappings hold the memory) until
 // it closes them.
 //
 // Everything works in a CGO_ENABLED=0 build: the driver is reached through

@@ -25,6 +25,10 @@ type importer struct {
 	nopen   int // imported views not yet closed
 	imports int // allocations mapped so far
 	gone    bool
+	// closing: the connection is closing on this side; an allocation whose
+	// last lease goes is unmapped at once, before the done event the peer
+	// waits for, since the peer may free it once our end arrives.
+	closing bool
 	devices map[cuda.UUID]*impDevice
 }
 
@@ -66,6 +70,7 @@ type impPool struct {
 // With none it stays mapped, for the next tensor of the allocation.
 type impAlloc struct {
 	ptr  cuda.DevicePtr
+	size int64 // bytes the driver mapped from ptr: what descriptors may describe
 	refs int
 }
 
@@ -163,6 +168,19 @@ func (im *importer) open(d *Descriptor) (*zerocopy.View, error) {
 		a = &impAlloc{ptr: ptr}
 		p.alloc[d.Data] = a
 		im.imports++
+		// What the driver really mapped bounds what the peer may describe:
+		// Size and Offset come from the peer, the range from the driver.
+		base, size, err := cuda.MemGetAddressRange(ptr)
+		if err != nil {
+			return nil, fmt.Errorf("ipc: the range of an imported allocation: %w", err)
+		}
+		if base != ptr || size == 0 || size > 1<<62 {
+			return nil, fmt.Errorf("ipc: the driver maps the imported allocation at %v as %d bytes from %v", ptr, size, base)
+		}
+		a.size = int64(size)
+	}
+	if err := d.within(a.size); err != nil {
+		return nil, err
 	}
 	ev := im.ready[d.Ready]
 	if ev == nil {
@@ -228,8 +246,11 @@ func (im *importer) retire(k unmapKey) error {
 				return fmt.Errorf("ipc: the peer retired an allocation of pool %x with %d leases open here", k.pool, a.refs)
 			}
 			im.unmap(p, k.data, a)
-			h = im.recordDone(p.dev)
 		}
+		// Recorded even for an allocation no longer mapped here: its unmap
+		// (a closing side's) may still be queued on the stream, and the
+		// peer's free must come after it.
+		h = im.recordDone(p.dev)
 	}
 	im.mu.Unlock()
 	return im.c.sendRetired(k, h)
@@ -287,7 +308,7 @@ func (l *impLease) Release() {
 	gone := im.gone
 	if a != nil {
 		a.refs--
-		if a.refs == 0 && gone {
+		if a.refs == 0 && (gone || im.closing) {
 			im.unmap(l.pool, l.data, a)
 		}
 	}
@@ -326,6 +347,39 @@ func (im *importer) peerGone() {
 		}
 	}
 	im.mu.Unlock()
+}
+
+// startClosing: the connection is closing on this side. The allocations
+// mapped here with no view open are unmapped now (in stream order), the
+// others as their last view closes.
+func (im *importer) startClosing() {
+	im.mu.Lock()
+	im.closing = true
+	im.mu.Unlock()
+	im.unmapIdle(false)
+}
+
+// unmapIdle unmaps the allocations mapped here that no view uses, and with
+// wait set, finishes the import streams' work on the host: after it the
+// unmaps have run, so that the peer may free what we mapped.
+func (im *importer) unmapIdle(wait bool) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	for _, p := range im.pools {
+		for data, a := range p.alloc {
+			if a.refs == 0 {
+				im.unmap(p, data, a)
+			}
+		}
+	}
+	if !wait {
+		return
+	}
+	for _, d := range im.devices {
+		if err := d.stream.Synchronize(); err != nil {
+			reportError(fmt.Errorf("ipc: finishing the unmaps of imported allocations: %w", err))
+		}
+	}
 }
 
 // close drops what the importer holds once no view is open: kept mappings

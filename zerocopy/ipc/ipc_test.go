@@ -1037,6 +1037,89 @@ func child(role, sock string) error {
 		}
 		fmt.Println("ok", n)
 		return c.Close()
+	case "release":
+		// Receive one tensor, close it (its lease goes back with a done
+		// event, which FAKECUDA_IPC_DELAY_MS makes complete late), and
+		// stay until stdin closes.
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		v, err := c.Recv()
+		if err != nil {
+			return err
+		}
+		if spin, _ := time.ParseDuration(os.Getenv("IPC_TEST_SPIN")); spin > 0 {
+			// On a GPU: a kernel that runs that long on the view's
+			// stream, before the done event the close records.
+			ctx, err := cuda.Retain(int(v.Device().ID))
+			if err != nil {
+				return err
+			}
+			defer ctx.Release()
+			k, err := ctx.LoadKernels()
+			if err != nil {
+				return err
+			}
+			defer k.Unload()
+			if err := k.SpinThenWrite(ctx.WrapStream(v.Stream()), cuda.DevicePtr(v.Ptr()), v.Len(), 7, spin); err != nil {
+				return err
+			}
+		}
+		v.Close()
+		fmt.Println("released")
+		io.Copy(io.Discard, os.Stdin)
+		return c.Close()
+	case "handover":
+		// Receive one tensor and time its hand-over: from Recv's return
+		// until the view is ready (the producer's ready event completed).
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		v, err := c.Recv()
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if err := v.Synchronize(); err != nil {
+			return err
+		}
+		fmt.Println("handover", time.Since(t0).Nanoseconds())
+		v.Close()
+		return c.Close()
+	case "forgedrecv":
+		// Three forged descriptors (refused), then the honest one.
+		c, err := ipc.Dial(sock)
+		if err != nil {
+			return err
+		}
+		c.SetRecvTimeout(30 * time.Second)
+		var got []string
+		for i := 0; i < 3; i++ {
+			v, err := c.Recv()
+			switch {
+			case errors.Is(err, ipc.ErrBadDescriptor):
+				got = append(got, "refused")
+			case err != nil:
+				return err
+			default:
+				got = append(got, fmt.Sprintf("accepted%v", v.Shape()))
+				v.Close()
+			}
+		}
+		v, err := c.Recv()
+		if err != nil {
+			return err
+		}
+		x, err := read(v)
+		if err != nil {
+			return err
+		}
+		got = append(got, fmt.Sprintf("ok %d %#x", len(x), x[len(x)-1]))
+		v.Close()
+		fmt.Println("forged", strings.Join(got, " "))
+		return c.Close()
 	case "byehold":
 		// Hold n tensors (tensor i holds 7+i); once stdin says so (the
 		// producer closed), report what Recv says and what the views hold;

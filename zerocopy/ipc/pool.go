@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlbridge/dlbridge/cuda"
@@ -60,6 +62,8 @@ type Pool struct {
 	limit    int64               // bytes the pool may hand out
 	inUse    int64               // bytes of allocations not freed (cached ones too)
 	closed   bool
+
+	timeout atomic.Int64 // nanoseconds Trim and Alloc wait for peers' answers to retires
 }
 
 // block is one allocation of the pool, exported once, however many times
@@ -152,11 +156,25 @@ func NewPool(dev int, limit int64) (*Pool, error) {
 	}
 	p := &Pool{dev: dev, ctx: ctx, mp: mp, uuid: uuid, stream: s, fd: fd, limit: limit, retiring: map[*block]struct{}{}}
 	p.freed = sync.NewCond(&p.mu)
+	p.timeout.Store(int64(retireWait))
 	if _, err := rand.Read(p.id[:]); err != nil {
 		return nil, fmt.Errorf("ipc: NewPool: %w", err)
 	}
 	return p, nil
 }
+
+// SetTimeout sets how long Trim, Close and an Alloc at the limit wait for
+// peers to answer the retires of cached allocations (2 s unless set; 0 or
+// less: the default). A peer that does not answer in time keeps its
+// allocations retired, freed once it answers or its connection ends.
+func (p *Pool) SetTimeout(d time.Duration) {
+	if d <= 0 {
+		d = retireWait
+	}
+	p.timeout.Store(int64(d))
+}
+
+func (p *Pool) retireTimeout() time.Duration { return time.Duration(p.timeout.Load()) }
 
 // Device is the pool's CUDA device ordinal.
 func (p *Pool) Device() int { return p.dev }
@@ -207,8 +225,8 @@ func (p *Pool) Trim() error {
 		return fmt.Errorf("ipc: Pool.Trim: %w", ErrClosed)
 	}
 	p.mu.Unlock()
-	if n, bytes := p.retireAll(); n > 0 {
-		return fmt.Errorf("ipc: Pool.Trim: %d allocations (%d bytes) wait for peers that did not answer their retire within %v; they are freed once the peers answer or their connections end", n, bytes, retireWait)
+	if n, bytes, peers := p.retireAll(); n > 0 {
+		return fmt.Errorf("ipc: Pool.Trim: %d allocations (%d bytes) wait for peers that did not answer their retire within %v (%s): %w; they are freed once the peers answer or their connections end", n, bytes, p.retireTimeout(), strings.Join(peers, ", "), ErrTimeout)
 	}
 	return nil
 }
@@ -216,7 +234,7 @@ func (p *Pool) Trim() error {
 // retireAll retires every cached block and waits until every retired block
 // was freed, or retireWait passed: then it reports the blocks still
 // retiring.
-func (p *Pool) retireAll() (n int, bytes int64) {
+func (p *Pool) retireAll() (n int, bytes int64, peers []string) {
 	p.mu.Lock()
 	var free []*block
 	var ret []retireReq
@@ -226,15 +244,23 @@ func (p *Pool) retireAll() (n int, bytes int64) {
 	p.cache = nil
 	p.mu.Unlock()
 	p.finishRetire(free, ret)
-	deadline := time.Now().Add(retireWait)
+	deadline := time.Now().Add(p.retireTimeout())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for len(p.retiring) > 0 && p.waitFreedLocked(deadline) {
 	}
+	seen := map[*Conn]bool{}
 	for b := range p.retiring {
 		n, bytes = n+1, bytes+b.size
+		for c := range b.unmapping {
+			if !seen[c] {
+				seen[c] = true
+				peers = append(peers, c.peer)
+			}
+		}
 	}
-	return n, bytes
+	sort.Strings(peers)
+	return n, bytes, peers
 }
 
 // waitFreedLocked waits, with p.mu held, until a retired block is freed
@@ -474,12 +500,12 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 			return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit", dt, shape, ErrPoolFull, inUse, p.limit)
 		}
 		if deadline.IsZero() {
-			deadline = time.Now().Add(retireWait)
+			deadline = time.Now().Add(p.retireTimeout())
 		}
 		if !p.waitFreedLocked(deadline) {
 			inUse := p.inUse
 			p.mu.Unlock()
-			return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit, %d allocations retired to make room wait for peers that did not answer within %v", dt, shape, ErrPoolFull, inUse, p.limit, len(p.retiring), retireWait)
+			return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit, %d allocations retired to make room wait for peers that did not answer within %v", dt, shape, ErrPoolFull, inUse, p.limit, len(p.retiring), p.retireTimeout())
 		}
 	}
 	p.mu.Unlock()

@@ -46,12 +46,27 @@ func Serve(path string) (*Server, error) {
 func (s *Server) Addr() string { return s.ln.Addr() }
 
 func (s *Server) accept() {
+	var pause time.Duration
 	for {
 		uc, err := s.ln.ul.AcceptUnix()
 		if err != nil {
-			return
+			if !temporary(err) {
+				return
+			}
+			// Out of file descriptors (or a peer gone before its accept):
+			// wait and accept again, growing the pause up to 1 s; peers
+			// that end free descriptors (their sockets close at once).
+			reportError(fmt.Errorf("ipc: Server on %s: accept: %w; retrying in %v", s.ln.path, err, pause))
+			if pause == 0 {
+				pause = 5 * time.Millisecond
+			} else if pause *= 2; pause > time.Second {
+				pause = time.Second
+			}
+			time.Sleep(pause)
+			continue
 		}
-		c := newConnWith(uc, s.claim)
+		pause = 0
+		c := newConnWith(uc, s.claim, s.ln.path)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()

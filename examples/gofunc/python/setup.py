@@ -93,6 +93,8 @@ class BdistWheel(bdist_wheel):
 
 
 setup(
+    packages=[NAME],
+    package_data={NAME: ["py.typed", "*.pyi"]},
     ext_modules=[GoLibrary(NAME + ".lib" + NAME, [GO_PACKAGE])],
     cmdclass={"build_ext": BuildExt, "bdist_wheel": BdistWheel},
 )

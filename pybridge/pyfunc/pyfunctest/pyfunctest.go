@@ -21,6 +21,7 @@ func init() {
 	pyfunc.Register("pytest.fail(kind)", Fail)
 	pyfunc.Register("pytest.matmul_check(x: float32 [N, K], w: float32 [K, M], out: float32 [N, M] writable)", MatmulCheck)
 	pyfunc.Register("pytest.first_row(x: [R, K])", FirstRow)
+	pyfunc.Register("pytest.swap(a: float32 [N] C cpu writable, b: float32 [N] C cpu writable)", Swap)
 	pyfunc.Register("pytest.keep(x: float32 cpu)", Keep)
 	pyfunc.Register("pytest.keep_first(x: float32 cpu, y: float32 cpu)", KeepFirst)
 	pyfunc.Register("pytest.kept_sum()", KeptSum)
@@ -35,6 +36,8 @@ func init() {
 	pyfunc.Register("pytest.slow(x: float32 cpu writable, v, spins)", Slow)
 	pyfunc.Register("pytest.full_like(x: float32 cuda, v)", FullLike)
 	pyfunc.Register("pytest.nothing()", Nothing)
+	pyfunc.Register("pytest.noop2(a, b)", Noop2)
+	pyfunc.Register("pytest.noop9(a, b, c, d, e, f, g, h, i)", Noop9)
 	pyfunc.Register("pytest.layout(x)", Layout)
 	pyfunc.Register("pytest.fill_times(x: float32 cuda writable, v, times)", FillTimes)
 	pyfunc.Register("pytest.fill_wait(x: float32 cuda writable, v, times)", FillWait)
@@ -71,6 +74,23 @@ func Fail(kind string) error {
 
 // MatmulCheck checks shapes only (named dimensions shared by x, w, out).
 func MatmulCheck(x, w, out *zerocopy.View) error { return nil }
+
+// Swap exchanges the elements of a and b: two written arguments, which
+// must not share memory.
+func Swap(a, b *zerocopy.View) error {
+	x, err := zerocopy.HostSlice[float32](a)
+	if err != nil {
+		return err
+	}
+	y, err := zerocopy.HostSlice[float32](b)
+	if err != nil {
+		return err
+	}
+	for i := range x {
+		x[i], y[i] = y[i], x[i]
+	}
+	return nil
+}
 
 // FirstRow returns row 0 of x: a view of the argument's memory.
 func FirstRow(x *zerocopy.View) (*zerocopy.View, error) { return x.Select(0, 0) }
@@ -251,6 +271,15 @@ func FullLike(s *cuda.Stream, x *zerocopy.View, v float32) (*zerocopy.View, erro
 
 // Nothing does nothing: the fixed cost of a call.
 func Nothing() {}
+
+// Noop2 and Noop9 take two and nine tensors of any device with the
+// caller's stream and do nothing: the cost of a call by the number of its
+// tensors, as bench_gofunc.py sets it beside the empty functions of tvm-ffi
+// and nanobind (bench/peers), whose tensor arguments constrain nothing either.
+func Noop2(s *cuda.Stream, a, b *zerocopy.View) {}
+
+// Noop9 is Noop2 with nine tensors.
+func Noop9(s *cuda.Stream, a, b, c, d, e, f, g, h, i *zerocopy.View) {}
 
 // FillWait is FillTimes and a wait for the fills: a GPU function whose
 // caller needs the result on the host when it returns.

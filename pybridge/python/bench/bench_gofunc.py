@@ -15,6 +15,16 @@ Each cell is the best of interleaved rounds (one batch of each library a
 round), the garbage collector off as timeit has it.
 
     DLBRIDGE_LIB=build/libopstest.so PYTHONPATH=pybridge/python python3 pybridge/python/bench/bench_gofunc.py
+
+With DLBRIDGE_BENCH_PEERS naming the folder scripts/build-peers.sh wrote
+(apache/tvm-ffi's Python package and bench/peers' functions in tvm-ffi and
+nanobind, built for this Python), it also sets dlbridge's calls beside the
+same functions in tvm-ffi and nanobind, in the same interleaved rounds: empty
+bodies over two and nine tensors (pytest.noop2, pytest.noop9) and without
+arguments (pytest.nothing), on NumPy arrays and, on a GPU, on torch CUDA
+tensors with the caller's stream (both sides are checked to see it); on the
+host also scale(out, x, 2.0). Each line gives its ratio to tvm-ffi's cell
+of the same function.
 """
 
 import ctypes
@@ -83,6 +93,143 @@ def build_peers(tmp):
             lib.scale.restype = None
             peers["ctypes"] = lib.scale
     return peers
+
+
+def load_built_peers():
+    """{"tvm-ffi": module, "nanobind": module} of the functions in
+    bench/peers, built by scripts/build-peers.sh into the folder
+    DLBRIDGE_BENCH_PEERS names; empty without it. A peer that does not load
+    says why and is left out."""
+    folder = os.environ.get("DLBRIDGE_BENCH_PEERS")
+    peers = {}
+    if not folder:
+        return peers
+    folder = os.path.abspath(folder)
+    sys.path.insert(0, folder)
+    try:
+        import tvm_ffi
+        peers["tvm-ffi"] = tvm_ffi.load_module(os.path.join(folder, "tvmffi_peers.so"))
+        lib = tvm_ffi.libinfo.find_libtvm_ffi()
+        print("tvm-ffi", tvm_ffi.__version__, "from", os.path.dirname(tvm_ffi.__file__), "library", lib)
+        if not os.path.realpath(lib).startswith(os.path.realpath(folder)):
+            # An installed apache-tvm-ffi wins libinfo's search: its library
+            # is not the one the Cython core was built against.
+            print("tvm-ffi peer left out: its library is not the one built in", folder)
+            del peers["tvm-ffi"]
+    except Exception as e:  # noqa: BLE001 - a peer that fails to load is reported, not fatal
+        print("tvm-ffi peer not loaded:", type(e).__name__, e)
+    try:
+        import nanobind_peers
+        peers["nanobind"] = nanobind_peers
+    except ImportError as e:
+        print("nanobind peer not loaded:", e)
+    return peers
+
+
+def compare(title, cases, number):
+    """cases: [(function, {label: call})], each label starting with its
+    library's name. Every call of every case runs in the same interleaved
+    rounds; each line gives the call's time and its ratio to tvm-ffi's call
+    of the same function, and a line per library gives its first call's
+    ratios side by side (dlbridge/tvm-ffi: ...)."""
+    cells, refused = {}, []
+    for fn, calls in cases:
+        for label, call in list(calls.items()):
+            try:
+                call()
+            except Exception as e:  # noqa: BLE001 - a peer that refuses the arguments is reported, not fatal
+                refused.append("  %-8s %s: not measured: %s: %s" % (fn, label, type(e).__name__, e))
+                del calls[label]
+                continue
+            cells[(fn, label)] = call
+    best = best_per_call(cells, number)
+
+    def first(calls, lib):
+        return next((label for label in calls if label.split(" ")[0] == lib), None)
+
+    print("== " + title)
+    for line in refused:
+        print(line)
+    for fn, calls in cases:
+        base = first(calls, "tvm-ffi")
+        for label in calls:
+            t = best[(fn, label)]
+            ratio = "   %5.2fx tvm-ffi" % (t / best[(fn, base)]) if base else ""
+            print("  %-8s %-44s %8.3f us%s" % (fn, label, t * 1e6, ratio))
+    for lib in ("dlbridge", "nanobind"):
+        parts = []
+        for fn, calls in cases:
+            mine, base = first(calls, lib), first(calls, "tvm-ffi")
+            if mine and base:
+                parts.append("%s %.2fx" % (fn, best[(fn, mine)] / best[(fn, base)]))
+        if parts:
+            print("  %s/tvm-ffi: %s" % (lib, "   ".join(parts)))
+
+
+def host_peers(peers):
+    """dlbridge's calls beside tvm-ffi's and nanobind's on 16-element
+    float32 NumPy arrays (tvm-ffi takes them through __dlpack__, nanobind
+    through DLPack or the buffer protocol)."""
+    ops = dlbridge.ops
+    if not peers or "pytest" not in dir(ops):
+        return
+    xs = [numpy.arange(16, dtype=numpy.float32) for _ in range(9)]
+    a, b = xs[0], xs[1]
+    out = numpy.empty_like(a)
+    d2, d9, dn, ds = ops.pytest.noop2, ops.pytest.noop9, ops.pytest.nothing, ops.gofunc.scale
+    cases = [("noop2", {"dlbridge pytest.noop2(a, b)": lambda: d2(a, b)}),
+             ("noop9", {"dlbridge pytest.noop9(9 arrays)": lambda: d9(*xs)}),
+             ("nothing", {"dlbridge pytest.nothing()": dn}),
+             ("scale", {"dlbridge gofunc.scale(out, x, 2.0)": lambda: ds(out, a, 2.0)})]
+    for name, m in peers.items():
+        p2, p9, pn, ps = m.noop2, m.noop9, m.nothing, m.scale
+        out[:] = 0
+        ps(out, a, 2.0)  # each peer's scale does what dlbridge's does
+        assert (out == a * 2).all(), name
+        cases[0][1][name + " noop2(a, b)"] = lambda p2=p2: p2(a, b)
+        cases[1][1][name + " noop9(9 arrays)"] = lambda p9=p9: p9(*xs)
+        cases[2][1][name + " nothing()"] = pn
+        cases[3][1][name + " scale(out, x, 2.0)"] = lambda ps=ps: ps(out, a, 2.0)
+    compare("host peers: 16-element float32 NumPy arrays", cases, 20000)
+
+
+def gpu_peers(peers, torch):
+    """dlbridge's calls beside tvm-ffi's (and nanobind's) on torch CUDA
+    tensors, on a side stream the caller made current: tvm-ffi takes the
+    tensors through torch's DLPack exchange API and sets the caller's stream
+    for the call; dlbridge's functions receive that stream (both checked);
+    nanobind passes no stream."""
+    ops = dlbridge.ops
+    if "tvm-ffi" not in peers or "pytest" not in dir(ops):
+        return
+    t = peers["tvm-ffi"]
+    xs = [torch.ones(1024, device="cuda") for _ in range(9)]
+    x, y = xs[0], xs[1]
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        # What each body is given, the caller's stream or not, is printed
+        # with the figures: a call that skips the stream work is cheaper.
+        seen = {"tvm-ffi": t.stream_of(x), "dlbridge": ops.pytest.stream_of(x)[0]}
+        g2, d2, d9, dn = ops.gofunc.noop, ops.pytest.noop2, ops.pytest.noop9, ops.pytest.nothing
+        t2, t9, tn = t.noop2, t.noop9, t.nothing
+        cases = [("noop2", {"dlbridge pytest.noop2(x, y)": lambda: d2(x, y),
+                            "dlbridge gofunc.noop(x, y) (x, y: cuda)": lambda: g2(x, y),
+                            "tvm-ffi noop2(x, y)": lambda: t2(x, y)}),
+                 ("noop9", {"dlbridge pytest.noop9(9 tensors)": lambda: d9(*xs),
+                            "tvm-ffi noop9(9 tensors)": lambda: t9(*xs)}),
+                 ("nothing", {"dlbridge pytest.nothing()": dn, "tvm-ffi nothing()": tn})]
+        if "nanobind" in peers:
+            n = peers["nanobind"]
+            n2, n9, nn = n.noop2, n.noop9, n.nothing
+            cases[0][1]["nanobind noop2(x, y) (no stream)"] = lambda: n2(x, y)
+            cases[1][1]["nanobind noop9(9 tensors) (no stream)"] = lambda: n9(*xs)
+            cases[2][1]["nanobind nothing()"] = nn
+        compare("gpu peers: torch CUDA tensors on the caller's side stream, empty bodies", cases, 5000)
+        torch.cuda.synchronize()
+    for lib, got in seen.items():
+        print("  %s's body is given the caller's stream: %s" % (
+            lib, "yes" if got == side.cuda_stream else "NO (%#x, the caller's is %#x)" % (got, side.cuda_stream)))
 
 
 def best_per_call(cells, number, rounds=ROUNDS):
@@ -196,6 +343,18 @@ def gpu():
     threads_scaling(torch)
 
 
+def gpu_with_peers(peers):
+    """gpu_peers where torch has a CUDA device."""
+    if "tvm-ffi" not in peers:
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        gpu_peers(peers, torch)
+
+
 def threads_scaling(torch):
     """Calls per second from 1 and from 8 threads, each with its own
     tensors and stream: gofunc.axpy (a kernel launch), gofunc.noop (no
@@ -287,4 +446,7 @@ if __name__ == "__main__":
     print("dlbridge", dlbridge.__version__, "library", dlbridge.library_path, "python", sys.version.split()[0],
           "numpy", numpy.__version__)
     host()
+    peers = load_built_peers()
+    host_peers(peers)
     gpu()
+    gpu_with_peers(peers)

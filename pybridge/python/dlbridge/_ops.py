@@ -94,7 +94,7 @@ def _doc(d):
             extra = " = %s" % _py_literal(p) if p["has_default"] else ""
             lines.append("%s : %s (Go %s)%s" % (p["name"], t, p["go_type"], extra))
     lines.append("stream : optional, the CUDA stream to run on (default: the current stream of the tensors' framework)")
-    lines.append("result_type : optional, 'torch', 'cupy', 'numpy' or 'dlbridge' (default: the type of the first tensor)")
+    lines.append("result_type : optional, %s (default: the type of the first tensor)" % RESULT_TYPES_TEXT)
     if d["results"]:
         lines += ["", "Returns", "-------"]
         lines.append(", ".join(_PY_TYPES[r["kind"]] for r in d["results"]))
@@ -114,15 +114,21 @@ def _stream_of(obj):
     return (copy_stream(obj, ()), _stream_device(obj, -1))
 
 
+# The frameworks result_type= names: help(), the errors below and the stubs
+# of dlbridge.stubgen read them here.
+RESULT_TYPES = ("torch", "cupy", "numpy", "jax", "dlbridge")
+RESULT_TYPES_TEXT = ", ".join(repr(n) for n in RESULT_TYPES[:-1]) + " or " + repr(RESULT_TYPES[-1])
+
+
 def _framework(like, result_type):
     if result_type is not None:
         name = getattr(result_type, "__name__", result_type)
         if not isinstance(name, str):
-            raise TypeError("dlbridge: result_type must be 'torch', 'cupy', 'numpy', 'dlbridge' or a module, got %r"
-                            % (result_type,))
+            raise TypeError("dlbridge: result_type must be %s or a module, got %r"
+                            % (RESULT_TYPES_TEXT.replace(" or ", ", "), result_type))
         name = name.partition(".")[0]
-        if name not in ("torch", "cupy", "numpy", "dlbridge", "jax"):
-            raise ValueError("dlbridge: result_type=%r: want 'torch', 'cupy', 'numpy', 'jax' or 'dlbridge'" % (result_type,))
+        if name not in RESULT_TYPES:
+            raise ValueError("dlbridge: result_type=%r: want %s" % (result_type, RESULT_TYPES_TEXT))
         return name
     if like is None:
         return "dlbridge"

@@ -27,10 +27,11 @@ them pickle by value again, as plain ``pickle`` always does. The Go API
 behind this is package zerocopy/ipc; docs/ipc.md has the design.
 """
 
+import atexit
 import os
 import tempfile
 import threading
-import uuid
+import weakref
 
 from . import _lib
 from ._tensor import Tensor, _dtype_bytes
@@ -38,6 +39,18 @@ from ._tensor import Tensor, _dtype_bytes
 _core = _lib._core
 
 _ENDED = "dlbridge.ipc: the connection ended"
+_TIMED_OUT = "dlbridge.ipc: timed out"
+
+
+def _timed(fn, *args):
+    """fn(*args), with a wait on the peer past its deadline raised as
+    TimeoutError (the message names the peer and the operation)."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        if str(e).startswith(_TIMED_OUT):
+            raise TimeoutError(str(e)) from None
+        raise
 
 
 def _path(path):
@@ -122,8 +135,16 @@ class Pool(_Object):
 
     def trim(self):
         """Free the cached allocations: each peer that maps one unmaps it
-        first. Returns once they are freed (the GIL is released meanwhile)."""
-        _core.dlb_ipc_pool_trim(self._live())
+        first. Returns once they are freed (the GIL is released meanwhile);
+        TimeoutError names the peers that did not answer in time
+        (``set_timeout``), whose allocations are freed once they answer or
+        go away."""
+        _timed(_core.dlb_ipc_pool_trim, self._live())
+
+    def set_timeout(self, seconds):
+        """How long trim, close and an allocation at the limit wait for
+        peers to answer (2 s by default; 0: the default)."""
+        _core.dlb_ipc_pool_set_timeout(self._live(), int(float(seconds) * 1000))
 
     @property
     def cached(self):
@@ -136,6 +157,7 @@ class Connection(_Object):
 
     def __init__(self, h):
         self._h = h
+        _live_conns.add(self)
 
     def send(self, tensor, pool=None, stream=None):
         """Send ``tensor`` (memory of ``pool``; None: the pool of this process
@@ -146,13 +168,13 @@ class Connection(_Object):
         from ._stream import as_stream_handle
 
         s = 0 if stream is None else as_stream_handle(stream)
-        _core.dlb_ipc_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)
+        _timed(_core.dlb_ipc_send, self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)
 
     def recv(self):
         """The next tensor the peer sent (a view of the peer's memory, no
         copy). EOFError once the peer closed the connection or died."""
         try:
-            return _core.dlb_ipc_recv(self._live())
+            return _timed(_core.dlb_ipc_recv, self._live())
         except BufferError as e:
             if str(e).startswith(_ENDED):
                 raise EOFError(str(e)) from None
@@ -160,7 +182,19 @@ class Connection(_Object):
 
     def claim(self, token):
         """The tensor a Server offered under ``token``."""
-        return _core.dlb_ipc_claim(self._live(), int(token))
+        return _timed(_core.dlb_ipc_claim, self._live(), int(token))
+
+    def set_timeout(self, answer=None, recv=None):
+        """Deadlines in seconds (0: none; None: unchanged): ``answer`` for
+        each write to the peer and each wait for its answer (send, claim,
+        close; 60 s unless set), ``recv`` for recv's wait for a tensor (none
+        unless set). A wait past its deadline raises TimeoutError naming
+        the peer and the operation."""
+
+        def ms(v):
+            return -1 if v is None else int(float(v) * 1000)
+
+        _core.dlb_ipc_set_timeout(self._live(), ms(answer), ms(recv))
 
     @property
     def leases(self):
@@ -193,6 +227,22 @@ class Listener(_Object):
     def accept(self):
         """Wait for the next peer (the GIL is released meanwhile)."""
         return Connection(_core.dlb_ipc_accept(self._live()))
+
+
+_live_conns = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    # At interpreter exit (after KeyboardInterrupt too) each connection
+    # closes while the process still runs: what it maps of its peers'
+    # memory is unmapped before the peer sees its end, as the driver wants
+    # (a peer may free once it does).
+    for c in list(_live_conns):
+        try:
+            c.close()
+        except Exception:
+            pass
 
 
 def listen(path):
@@ -276,7 +326,7 @@ class Serving(Listener):
             try:
                 while True:
                     c.recv().close()
-            except (EOFError, ValueError, BufferError, RuntimeError):
+            except (EOFError, ValueError, BufferError, RuntimeError, TimeoutError):
                 pass
             with self._lock:
                 if c in self._conns:
@@ -285,13 +335,21 @@ class Serving(Listener):
                 self._threads.discard(threading.current_thread())
 
     def close(self, timeout=10.0):
-        """Stop serving; wait up to ``timeout`` seconds (None: for ever) for
-        the handlers to return."""
+        """Stop serving; wait up to ``timeout`` seconds in all (None: for
+        ever) for the connections to close and the handlers to return.
+        Handlers still running then go on in their threads."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
+
+        def left():
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         with self._lock:
             self._closing = True
         super().close()  # the accept loop ends
         if self._accepter is not threading.current_thread():
-            self._accepter.join(timeout)
+            self._accepter.join(left())
         with self._lock:
             conns = list(self._conns)
             self._conns.clear()
@@ -305,9 +363,9 @@ class Serving(Listener):
         for t in closers:
             t.start()
         for t in closers:
-            t.join()
+            t.join(left())
         for t in threads:
-            t.join(timeout)
+            t.join(left())
 
 
 def serve(path, pool, handler, daemon=True):
@@ -357,7 +415,9 @@ def _sharing(device):
     with _share_lock:
         got = _share.get(device)
         if got is None:
-            path = os.path.join(tempfile.gettempdir(), "dlbridge-%d-%s.sock" % (os.getpid(), uuid.uuid4().hex[:8]))
+            # A private 0700 folder (mkdtemp), so that no other user reaches
+            # the socket, whatever the umask and the temp folder's mode.
+            path = os.path.join(tempfile.mkdtemp(prefix="dlbridge-%d-" % os.getpid()), "s")
             got = (Server(path), Pool(device, _POOL_LIMIT))
             _share[device] = got
         return got

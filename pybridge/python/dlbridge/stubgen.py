@@ -82,6 +82,7 @@ def _docstring(text, indent):
 
 def _function(d):
     """The stub of one registered function (description d)."""
+    from ._ops import RESULT_TYPES_TEXT
     name = d["name"].rpartition(".")[2]
     params = []
     for p in d["params"]:
@@ -107,7 +108,7 @@ def _function(d):
                 extra = " (default %s)" % _literal(p) if p["has_default"] else ""
                 doc.append("    %s: Go %s%s" % (p["name"], p["go_type"], extra))
     doc.append("    stream: the CUDA stream to run on (default: the current stream of the tensors' framework)")
-    doc.append("    result_type: 'torch', 'cupy', 'numpy', 'jax' or 'dlbridge' (default: the first tensor's type)")
+    doc.append("    result_type: %s (default: the first tensor's type)" % RESULT_TYPES_TEXT)
     if rs:
         doc += ["", "Returns: " + ", ".join(
             "tensor (the caller's type)" if r["kind"] == "tensor" else "Go " + r["go_type"] for r in d["results"])]

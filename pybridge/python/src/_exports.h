@@ -429,6 +429,17 @@ static PyObject *x_dlb_ipc_pool_new(PyObject *mod, PyObject *const *args, Py_ssi
 	return PyLong_FromUnsignedLongLong(a2);
 }
 
+static PyObject *x_dlb_ipc_pool_set_timeout(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 2, 2, "dlb_ipc_pool_set_timeout") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "pool", "uint64", UINT64_MAX, a0);
+	int64_t a1; X_INT(args[1], "ms", "int64", INT64_MIN, INT64_MAX, a1);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.ipc_pool_set_timeout(a0, a1); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
 static PyObject *x_dlb_ipc_pool_trim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 1, 1, "dlb_ipc_pool_trim") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "pool", "uint64", UINT64_MAX, a0);
@@ -485,6 +496,18 @@ static PyObject *x_dlb_ipc_serve(PyObject *mod, PyObject *const *args, Py_ssize_
 	Py_BEGIN_ALLOW_THREADS r = E.ipc_serve((char *)a0, &a1); Py_END_ALLOW_THREADS
 	if (r) return raise_last(r);
 	return PyLong_FromUnsignedLongLong(a1);
+}
+
+static PyObject *x_dlb_ipc_set_timeout(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "dlb_ipc_set_timeout") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "conn", "uint64", UINT64_MAX, a0);
+	int64_t a1; X_INT(args[1], "answerMS", "int64", INT64_MIN, INT64_MAX, a1);
+	int64_t a2; X_INT(args[2], "recvMS", "int64", INT64_MIN, INT64_MAX, a2);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.ipc_set_timeout(a0, a1, a2); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
 }
 
 static PyObject *x_dlb_is_pinned(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -729,11 +752,13 @@ static PyMethodDef export_methods[] = {
 	{"dlb_ipc_pool_copy_in", (PyCFunction)(void (*)(void))x_dlb_ipc_pool_copy_in, METH_FASTCALL, NULL},
 	{"dlb_ipc_pool_empty", (PyCFunction)(void (*)(void))x_dlb_ipc_pool_empty, METH_FASTCALL, NULL},
 	{"dlb_ipc_pool_new", (PyCFunction)(void (*)(void))x_dlb_ipc_pool_new, METH_FASTCALL, NULL},
+	{"dlb_ipc_pool_set_timeout", (PyCFunction)(void (*)(void))x_dlb_ipc_pool_set_timeout, METH_FASTCALL, NULL},
 	{"dlb_ipc_pool_trim", (PyCFunction)(void (*)(void))x_dlb_ipc_pool_trim, METH_FASTCALL, NULL},
 	{"dlb_ipc_pool_usage", (PyCFunction)(void (*)(void))x_dlb_ipc_pool_usage, METH_FASTCALL, NULL},
 	{"dlb_ipc_recv", (PyCFunction)(void (*)(void))x_dlb_ipc_recv, METH_FASTCALL, NULL},
 	{"dlb_ipc_send", (PyCFunction)(void (*)(void))x_dlb_ipc_send, METH_FASTCALL, NULL},
 	{"dlb_ipc_serve", (PyCFunction)(void (*)(void))x_dlb_ipc_serve, METH_FASTCALL, NULL},
+	{"dlb_ipc_set_timeout", (PyCFunction)(void (*)(void))x_dlb_ipc_set_timeout, METH_FASTCALL, NULL},
 	{"dlb_is_pinned", (PyCFunction)(void (*)(void))x_dlb_is_pinned, METH_FASTCALL, NULL},
 	{"dlb_parse_dtype", (PyCFunction)(void (*)(void))x_dlb_parse_dtype, METH_FASTCALL, NULL},
 	{"dlb_permute", (PyCFunction)(void (*)(void))x_dlb_permute, METH_FASTCALL, NULL},

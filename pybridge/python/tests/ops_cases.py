@@ -42,6 +42,8 @@ def test_signature_and_help():
     assert "out : Tensor, float32 [N] C writable" in doc
     assert "x : Tensor, float32 [N] C" in doc
     assert "factor : float (Go float32) = 2.0" in doc
+    # result_type= as the stub (dlbridge.stubgen) and the code take it.
+    assert "result_type : optional, 'torch', 'cupy', 'numpy', 'jax' or 'dlbridge'" in doc
     # The Go doc comment, recorded by dlbridge build.
     assert "Scale writes x * factor into out" in doc
     assert "examples/gofunc.Scale" in doc
@@ -77,6 +79,20 @@ def test_scale_other_producers_and_temporaries():
     a = array.array("f", [1, 2, 3])
     ops.gofunc.scale(a, memoryview(array.array("f", [1, 2, 3])), 10)
     assert a.tolist() == [10, 20, 30]
+
+
+def test_empty_bodies_take_tensors_of_any_kind():
+    # bench_gofunc.py's pytest.noop2 and noop9: any dtype, layout or
+    # read-only array, nothing returned; still tensors and still counted.
+    ro = np.arange(6, dtype=np.int8).reshape(2, 3)[:, ::2]
+    ro.flags.writeable = False
+    xs = [np.zeros(i + 1, np.float64) for i in range(8)]
+    assert ops.pytest.noop2(ro, xs[0]) is None
+    assert ops.pytest.noop9(ro, *xs) is None
+    with pytest.raises(TypeError, match=r"pytest.noop9\(\) missing required argument 'i'"):
+        ops.pytest.noop9(ro, *xs[:7])
+    with pytest.raises(TypeError, match="argument b: want a tensor, got float"):
+        ops.pytest.noop2(ro, 1.5)
 
 
 def _numpy_cases():
@@ -229,7 +245,7 @@ def test_tensor_constraints_name_function_argument_expectation_and_what_came():
     with pytest.raises(ValueError) as e:
         f(out, np.zeros(15, np.float32))
     assert str(e.value) == ("gofunc.scale: argument x: want float32 [N] C (N=16 from out); "
-                            "got float32 [15] C/F-contiguous cpu writable: shape[0] (15 != N=16 from out)")
+                            "got float32 [15] C/F cpu writable: shape[0] (15 != N=16 from out)")
     with pytest.raises(TypeError, match=r"argument x: want float32 \[N\] C \(N=16 from out\); got float64 \[16\].*: dtype"):
         f(out, np.zeros(16))
     with pytest.raises(ValueError, match="argument out: .* strided .*: order"):
@@ -242,11 +258,19 @@ def test_tensor_constraints_name_function_argument_expectation_and_what_came():
         f(out, np.zeros((4, 4), np.float32))
     with pytest.raises(TypeError, match="gofunc.scale: argument x: want a tensor, got str"):
         f(out, "not a tensor")
-    with pytest.raises(ValueError, match=r"pytest.matmul_check: argument w: want float32 \[K, M\] \(K=3 from x\); got float32 \[4 5\]"):
+    with pytest.raises(ValueError, match=r"pytest.matmul_check: argument w: want float32 \[K, M\] \(K=3 from x\); got float32 \[4, 5\] C cpu writable: "
+                       r"shape\[0\] \(4 != K=3 from x\)$"):
         ops.pytest.matmul_check(np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32), np.zeros((2, 5), np.float32))
     with pytest.raises(ValueError, match=r"argument out: want float32 \[N, M\] writable \(N=2 from x, M=5 from w\)"):
         ops.pytest.matmul_check(np.zeros((2, 3), np.float32), np.zeros((3, 5), np.float32), np.zeros((2, 6), np.float32))
     ops.pytest.matmul_check(np.zeros((2, 3), np.float32), np.zeros((3, 5), np.float32), np.zeros((2, 5), np.float32))
+    # Every mismatch of the argument, in one message.
+    bad = np.zeros((16, 2), np.float64)[:, 0]
+    bad.setflags(write=False)
+    with pytest.raises(TypeError) as e:
+        f(bad, out)
+    assert str(e.value) == ("gofunc.scale: argument out: want float32 [N] C writable; "
+                            "got float64 [16] strided cpu read-only: dtype, order, read-only")
     with pytest.raises(TypeError, match="pytest.sum: argument x: want float32\\|float64"):
         ops.pytest.sum(np.zeros(3, np.int32))
     assert ops.pytest.sum(np.arange(4.0)) == 6.0
@@ -518,6 +542,46 @@ def test_cuda_errors(driver):
         z = dlbridge.empty(4, device="cuda:1")
         with pytest.raises(ValueError, match="argument x is on cuda:1 but y is on cuda:0"):
             ops.gofunc.axpy(x, z)
+        # A stream of another device is refused before the body launches
+        # on it (a copy refuses it too).
+        y = dlbridge.zeros(4, device="cuda")
+        with pytest.raises(ValueError, match=r"^gofunc.axpy: stream= is a stream of cuda:1, but argument x is on cuda:0"):
+            ops.gofunc.axpy(y, x, 2.0, stream=dlbridge.Stream(device=1))
+        assert np.from_dlpack(y.to("cpu")).tolist() == [0.0] * 4
+
+
+def test_overlapping_arguments_are_made_right_as_numpy_makes_ufuncs():
+    """A written argument that shares memory with a read one: the body reads
+    a copy, and the result is NumPy's."""
+    for out, x in [(slice(1, None), slice(None, -1)), (slice(None, -1), slice(1, None)), (slice(None), slice(None))]:
+        a = np.arange(8, dtype=np.float32)
+        want = a.copy()
+        np.multiply(want[x], 2.0, out=want[out])
+        ops.gofunc.scale(a[out], a[x], 2.0)
+        assert a.tolist() == want.tolist(), (out, x)
+
+
+def test_overlapping_written_arguments_are_refused():
+    a = np.arange(9, dtype=np.float32)
+    with pytest.raises(ValueError, match="^pytest.swap: arguments a and b share memory and both are written"):
+        ops.pytest.swap(a[:5], a[4:])
+    assert a.tolist() == list(range(9))  # the body did not run
+    b = np.zeros(5, np.float32)
+    ops.pytest.swap(a[:5], b)
+    assert b.tolist() == [0, 1, 2, 3, 4] and a[:5].tolist() == [0] * 5
+
+
+@pytest.mark.gpu
+def test_overlapping_cuda_arguments_are_made_right(driver):
+    """The body reads a copy of x made on the call's stream before it runs."""
+    a = np.arange(8, dtype=np.float32)
+    t = dlbridge.asarray(a).to("cuda")
+    s = dlbridge.Stream(device=0)
+    ops.gofunc.axpy(t[1:], t[:-1], 2.0, stream=s)
+    s.synchronize()
+    want = a.copy()
+    want[1:] = 2.0 * a[:-1] + a[1:]
+    assert np.from_dlpack(t.to("cpu")).tolist() == want.tolist()
 
 
 @pytest.mark.gpu

@@ -65,14 +65,14 @@ def _consumer(mode, sock, n, env=None, stdin=None):
     return _start([sys.executable, CONSUMER, mode, sock, str(n)], env, stdin)
 
 
-def _run_go(producer, sock, consumer_mode, n, window=8, producer_env=None, kill=False):
+def _run_go(producer, sock, consumer_mode, n, window=8, producer_env=None, kill=False, consumer_env=None):
     # The fake aborts a Go producer that frees a block a consumer still
     # maps (the driver's rule: importers free first), unless a control
     # drops that order on purpose.
     env = dict({"FAKECUDA_IPC_STRICT": "1"}, **(producer_env or {}))
     prod = _start([producer, "-sock", sock, "-n", str(n), "-elems", "1024", "-window", str(window)], env)
     base = int(_line(prod, "baseline")[0])
-    cons = _consumer(consumer_mode, sock, n)
+    cons = _consumer(consumer_mode, sock, n, consumer_env)
     try:
         if kill:
             held = int(_line(cons, "holding")[0])
@@ -119,6 +119,21 @@ def test_slow_producer_never_read_early(producer, fake_driver, tmp_path):
                                           producer_env={"FAKECUDA_IPC_DELAY_MS": "200"})
     assert "ok 5" in out
     assert "early 0" in out, out
+    assert (used, live) == (base, 0)
+
+
+@pytest.mark.parametrize("round", range(50))
+def test_consumer_close_unmaps_first(producer, fake_driver, tmp_path, round):
+    """The slow-producer case again, 50 times, with the consumer's unmaps
+    made slow (FAKECUDA_IPC_UNMAP_DELAY_MS): the consumer closes right
+    after its last release while the producer trims. Its unmaps must run
+    before the producer frees (the fake aborts the producer otherwise,
+    FAKECUDA_IPC_STRICT): the importer unmaps, and finishes, before its
+    side of the connection ends."""
+    base, sent, used, live, out = _run_go(producer, str(tmp_path / "s"), "early", 2, window=1,
+                                          producer_env={"FAKECUDA_IPC_DELAY_MS": "20"},
+                                          consumer_env={"FAKECUDA_IPC_UNMAP_DELAY_MS": "50"})
+    assert "ok 2" in out
     assert (used, live) == (base, 0)
 
 
@@ -612,3 +627,212 @@ def test_torch_consumer_slow_producer(producer, tmp_path, framework):
     used, live = map(int, _line(prod, "final"))
     assert prod.wait(60) == 0
     assert (used, live) == (base, 0)
+
+
+def test_stopped_peer_send_deadline_and_close(fake_driver, tmp_path):
+    """A peer that never reads (a stopped consumer): sends fail with
+    TimeoutError at their deadline once its socket's buffer is full, naming
+    the peer and the operation, and Serving.close(timeout=2) returns in
+    about 2 s, not when the peer wakes."""
+    import socket
+    import threading
+    import time
+
+    sock = str(tmp_path / "s")
+    pool = dlbridge.ipc.Pool(0, 64 << 20)
+    got = []
+    done = threading.Event()
+
+    def handler(conn, pool):
+        conn.set_timeout(answer=0.5)
+        t = pool.zeros((16,), "uint32")
+        try:
+            for _ in range(100000):
+                conn.send(t)
+        except TimeoutError as e:
+            got.append(e)
+        finally:
+            done.set()
+
+    srv = dlbridge.ipc.serve(sock, pool, handler)
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        peer.connect(sock)
+        assert done.wait(30), "the handler's sends never ended"
+        assert got, "no TimeoutError from sends to a peer that never reads"
+        msg = str(got[0])
+        assert "sending a tensor" in msg and "peer process %d" % os.getpid() in msg, msg
+        t0 = time.monotonic()
+        srv.close(timeout=2)
+        took = time.monotonic() - t0
+        assert took < 4, "Serving.close(timeout=2) took %.1f s" % took
+    finally:
+        peer.close()
+        pool.close()
+
+
+def test_socket_modes(fake_driver, tmp_path):
+    """Sockets are 0600 whatever the umask; the pickling server's sits in a
+    private 0700 folder."""
+    import stat
+
+    old = os.umask(0)
+    try:
+        with dlbridge.ipc.listen(str(tmp_path / "s")) as ln:
+            assert stat.S_IMODE(os.stat(ln.path).st_mode) == 0o600
+        server, _ = dlbridge.ipc._sharing(0)
+        assert stat.S_IMODE(os.stat(server.path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(server.path)).st_mode) == 0o700
+    finally:
+        os.umask(old)
+
+
+def test_listen_refuses_live_datagram_socket(tmp_path):
+    """A live datagram socket at the path is refused, not unlinked."""
+    import socket
+
+    path = str(tmp_path / "d")
+    d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    d.bind(path)
+    try:
+        with pytest.raises(ValueError, match="live socket"):
+            dlbridge.ipc.listen(path)
+        assert os.path.exists(path)
+    finally:
+        d.close()
+
+
+def test_claim_from_silent_server_times_out(tmp_path):
+    """A server that accepts and never answers: claim (what unpickling
+    calls) raises TimeoutError at the connection's deadline, naming the
+    operation and the peer, instead of waiting for ever."""
+    import socket
+    import time
+
+    path = str(tmp_path / "silent")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(1)
+    try:
+        conn = dlbridge.ipc.connect(path)
+        peer, _ = srv.accept()
+        conn.set_timeout(answer=0.3)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"Claim\(5\) with peer process %d" % os.getpid()):
+            conn.claim(5)
+        assert time.monotonic() - t0 < 5
+        conn.close()
+        peer.close()
+    finally:
+        srv.close()
+
+
+_EMFILE_SERVER = r"""
+import os, resource, socket, sys, time
+import numpy
+import dlbridge, dlbridge.ipc
+
+sock = sys.argv[1]
+pool = dlbridge.ipc.Pool(0, 16 << 20)
+
+
+def handler(conn, pool):
+    t = pool.zeros((4,), "uint32")
+    t.fill_(7)
+    try:
+        conn.send(t)
+    except Exception:
+        pass  # a peer of the bursts, gone already
+    t.close()
+
+
+srv = dlbridge.ipc.serve(sock, pool, handler)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
+refused = 0
+for burst in range(3):
+    peers = []
+    for i in range(400):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:  # this process is out of descriptors too
+            refused += 1
+            continue
+        try:
+            s.connect(sock)
+        except OSError:
+            s.close()
+            refused += 1
+            continue
+        peers.append(s)
+    time.sleep(0.3)
+    for s in peers:
+        s.close()
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+print("refused", refused, flush=True)
+time.sleep(0.5)
+c = dlbridge.ipc.connect(sock)
+c.set_timeout(answer=10, recv=10)
+t = c.recv()
+print("got", int(numpy.from_dlpack(t.to("cpu"))[0]), flush=True)
+t.close()
+c.close()
+srv.close(timeout=5)
+"""
+
+
+def test_serve_outlives_emfile(fake_driver, tmp_path):
+    """serve() under a low RLIMIT_NOFILE and three bursts of 400 peers:
+    accepts that fail with EMFILE are waited out, and once descriptors are
+    free again a new peer is served."""
+    script = tmp_path / "emfile_server.py"
+    script.write_text(_EMFILE_SERVER)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "s")], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "got 7" in p.stdout, p.stdout + p.stderr[-3000:]
+    assert "refused 0" not in p.stdout, "the bursts never ran this process out of descriptors"
+
+
+def test_trim_with_stopped_peer_times_out(fake_driver, tmp_path):
+    """A consumer stopped (SIGSTOP) while it keeps a cached allocation
+    mapped: Pool.trim raises TimeoutError at the pool's deadline, naming
+    that consumer's process, and frees nothing it still maps; once the
+    consumer runs again, trim frees it."""
+    import time
+
+    sock = str(tmp_path / "s")
+    pool = dlbridge.ipc.Pool(0, 16 << 20)
+    pool.set_timeout(0.5)
+    ln = dlbridge.ipc.listen(sock)
+    cons = _consumer("recycle", sock, 1, stdin=subprocess.PIPE)
+    try:
+        conn = ln.accept()
+        t = pool.empty((4,), "uint32")
+        t.fill_(1)
+        conn.send(t, pool)
+        t.close()
+        assert _line(cons, "imports") == ["1", "1"]
+        deadline = time.monotonic() + 30
+        while conn.leases and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.cached[0] == 1
+        cons.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="peer process %d" % cons.pid):
+            pool.trim()
+        assert time.monotonic() - t0 < 5
+        cons.send_signal(signal.SIGCONT)
+        cons.stdin.write("\n")
+        cons.stdin.flush()
+        assert _line(cons, "mapped") == ["0"]
+        conn.close()
+        cons.stdin.close()
+        assert cons.wait(60) == 0
+    finally:
+        if cons.poll() is None:
+            cons.send_signal(signal.SIGCONT)
+            cons.kill()
+            cons.wait()
+        ln.close()
+        pool.close()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The two-GPU NCCL comparison, on the GPU machine after `make gpu` (from the
+# repo root): Go ranks (bench/nccl, built as build/gpu/bin/ncclbench) against
+# torch.distributed (torch_bench.py) on the same NCCL library in the same run,
+# over NVLink and with the network path forced (the stand-in for two nodes).
+#   bash build/gpu/bin/nccl-run.sh   # (a copy of bench/nccl/run.sh); log: $OUT/nccl-bench.log
+set -uo pipefail
+G=${G:-build/gpu}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+log="$OUT/nccl-bench.log"
+# The NCCL PyTorch loads: its nvidia/nccl/lib copy when it has one, else the loader's.
+TORCH_NCCL=$(python3 -c 'import os, nvidia.nccl as n; p = os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"); print(p if os.path.exists(p) else "")' 2>/dev/null || true)
+go_ranks() { # env... : two Go ranks on GPUs 0 and 1
+  local port=$((29600 + RANDOM % 200))
+  for r in 0 1; do
+    env "$@" MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
+      timeout 300 "$G/bin/ncclbench" &
+  done
+  wait
+}
+torch_ranks() {
+  env "$@" timeout 300 python3 -m torch.distributed.run --nproc-per-node=2 --master-port=$((29800 + RANDOM % 100)) "$G/bin/torch_bench.py"
+}
+{
+  nvidia-smi topo -m
+  for mode in nvlink socket; do
+    net=()
+    [ $mode = socket ] && net=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket)
+    echo "=== $mode ${net[*]}"
+    for round in 1 2; do # interleaved, twice: drift shows as a difference between rounds
+      torch_ranks "${net[@]}" 2>&1 | grep -E '^(#|torch)'
+      if [ -n "$TORCH_NCCL" ]; then
+        go_ranks "${net[@]}" DLBRIDGE_LIBNCCL="$TORCH_NCCL" 2>&1 | grep -E '^(#|go)'
+      fi
+      go_ranks "${net[@]}" 2>&1 | grep -E '^(#|go)' | sed 's/^go /go(system-nccl) /'
+    done
+  done
+} > "$log" 2>&1
+cat "$log"

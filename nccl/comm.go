@@ -1,0 +1,523 @@
+package nccl
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// UniqueID is an ncclUniqueId: made by one rank (NewUniqueID), handed to
+// the others (FromEnv does it over TCP), the same for every rank of a
+// communicator. Any NCCL rank with it joins: CuPy's
+// cupy.cuda.nccl.NcclCommunicator(n, id, rank) and PyTorch ranks through
+// dlbridge.nccl included.
+type UniqueID [128]byte
+
+// NewUniqueID asks NCCL for a unique id (ncclGetUniqueId). With the real
+// NCCL it holds the address its bootstrap listens on: NCCL_SOCKET_IFNAME
+// picks the interface (docs/nccl.md).
+func NewUniqueID() (UniqueID, error) {
+	var id UniqueID
+	if err := load(); err != nil {
+		return id, err
+	}
+	if r := call(sym_ncclGetUniqueId, uintptr(unsafe.Pointer(&id))); r != success {
+		return id, newError("ncclGetUniqueId", r, 0)
+	}
+	return id, nil
+}
+
+// key names a communicator among the ranks (in errors and the control
+// plane): a digest of its unique id, never the id itself.
+func (id UniqueID) key() string {
+	h := sha256.Sum256(id[:])
+	return hex.EncodeToString(h[:6])
+}
+
+// DefaultTimeout is the deadline of an operation when Config gives none:
+// torch.distributed's default for NCCL process groups.
+const DefaultTimeout = 10 * time.Minute
+
+// Config sets up a communicator. The zero Config is usable.
+type Config struct {
+	// Timeout bounds every wait: initialization, each operation from the
+	// moment it is queued until its stream has run it, finalization.
+	// When it passes, the communicator is aborted and the operation's
+	// error names the ranks that did not come. 0: DefaultTimeout.
+	Timeout time.Duration
+	// NetName forces NCCL's network plugin ("Socket", "IB"), as NCCL_NET.
+	NetName string
+}
+
+func (c *Config) timeout() time.Duration {
+	if c == nil || c.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return c.Timeout
+}
+
+// ncclConfig mirrors ncclConfig_t as NCCL 2.18 laid it out. NCCL reads a
+// config by the size and version the caller wrote (fields it knows of
+// that version, defaults for the rest), so this prefix works with every
+// NCCL since and asks for nothing newer than it needs.
+type ncclConfig struct {
+	size           uint64
+	magic          uint32
+	version        uint32
+	blocking       int32
+	cgaClusterSize int32
+	minCTAs        int32
+	maxCTAs        int32
+	netName        uintptr
+	splitShare     int32
+	_              int32
+}
+
+const configUndef = math.MinInt32
+
+// newConfig: every communicator is nonblocking (blocking = 0), as
+// torch.distributed's are: NCCL calls return at once (ncclInProgress while
+// work is pending) and we wait for them with a deadline, so that a rank
+// that never comes cannot hold a thread inside NCCL.
+func newConfig(c *Config) (*ncclConfig, []byte) {
+	cfg := &ncclConfig{size: 48, magic: 0xcafebeef, version: 21800, blocking: 0,
+		cgaClusterSize: configUndef, minCTAs: configUndef, maxCTAs: configUndef, splitShare: configUndef}
+	var name []byte
+	if c != nil && c.NetName != "" {
+		name = append([]byte(c.NetName), 0)
+		cfg.netName = uintptr(ptrBytes(name))
+	}
+	return cfg, name
+}
+
+// Missing names the ranks that did not come to operation seq of the
+// communicator with the given key, and what is known of the others. The
+// control plane of a World implements it; a communicator without one
+// reports no ranks.
+type Missing interface {
+	Missing(key string, seq uint64) (ranks []int, detail string)
+}
+
+// Comm is a communicator: one rank of an NCCL clique, on one device. Its
+// methods may be called from any goroutine; operations of one
+// communicator must be issued in the same order on every rank, as NCCL
+// requires (issue them from one goroutine, or order them yourself).
+type Comm struct {
+	mu      sync.RWMutex // R: a call into NCCL with h; W: abort and destroy
+	h       uintptr      // ncclComm_t; 0 once aborted or destroyed
+	rank    int
+	size    int
+	dev     int
+	ctx     *cuda.Context
+	key     string
+	timeout time.Duration
+	missing Missing
+
+	seq    atomic.Uint64 // operations issued
+	failed atomic.Pointer[error]
+
+	wmu      sync.Mutex
+	flights  []flight
+	watching bool
+	events   []*cuda.Event
+}
+
+// flight is an operation queued on a stream and not yet seen complete.
+type flight struct {
+	ev       *cuda.Event
+	op       string
+	seq      uint64
+	deadline time.Time
+}
+
+func (c *Comm) String() string {
+	return fmt.Sprintf("nccl.Comm(rank %d of %d, cuda:%d, %s)", c.rank, c.size, c.dev, c.key)
+}
+
+// Rank is this rank's number in the communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// Device is the CUDA device ordinal of this rank.
+func (c *Comm) Device() int { return c.dev }
+
+// Key names the communicator in errors and logs (a digest of its id).
+func (c *Comm) Key() string { return c.key }
+
+// Timeout is the deadline of every wait of the communicator.
+func (c *Comm) Timeout() time.Duration { return c.timeout }
+
+// Issued is the number of operations queued so far.
+func (c *Comm) Issued() uint64 { return c.seq.Load() }
+
+// SetMissing installs what names the ranks that did not come when an
+// operation fails (a World does this for the communicators it builds).
+func (c *Comm) SetMissing(m Missing) { c.missing = m }
+
+// onDevice runs fn on a locked OS thread with the communicator's device
+// current: NCCL takes the device of a new communicator, and launches,
+// from the CUDA runtime's current device, which follows the driver's
+// current (primary) context.
+func onDevice(ctx *cuda.Context, fn func()) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	restore, err := ctx.SetCurrent()
+	if err != nil {
+		return err
+	}
+	defer restore()
+	fn()
+	return nil
+}
+
+// InitRank joins communicator id as rank of nranks on CUDA device dev
+// (ncclCommInitRankScalable with one id, nonblocking), waiting at most
+// cfg's timeout for the other ranks.
+func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
+	if nranks < 1 {
+		return nil, fmt.Errorf("nccl: InitRank: nranks %d: must be at least 1", nranks)
+	}
+	if rank < 0 || rank >= nranks {
+		return nil, fmt.Errorf("nccl: InitRank: rank %d outside [0, %d)", rank, nranks)
+	}
+	if err := load(); err != nil {
+		return nil, err
+	}
+	ctx, err := zerocopy.DeviceContext(dev)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: InitRank: %w", err)
+	}
+	c := &Comm{rank: rank, size: nranks, dev: dev, ctx: ctx, key: id.key(), timeout: cfg.timeout()}
+	ncfg, name := newConfig(cfg)
+	var r Result
+	if err := onDevice(ctx, func() {
+		r = call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&c.h)), uintptr(nranks), uintptr(rank), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
+	}); err != nil {
+		return nil, fmt.Errorf("nccl: InitRank: %w", err)
+	}
+	runtime.KeepAlive(name)
+	if err := c.settle("init", r, "ncclCommInitRankScalable", 0); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// InitDevices makes one communicator per device of devs, all driven by
+// this process (as ncclCommInitAll does, but nonblocking and with the
+// deadline of cfg): rank i runs on devs[i].
+func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
+	if len(devs) == 0 {
+		return nil, errors.New("nccl: InitDevices: no devices")
+	}
+	seen := map[int]bool{}
+	for _, d := range devs {
+		if seen[d] {
+			return nil, fmt.Errorf("nccl: InitDevices: device %d listed twice", d)
+		}
+		seen[d] = true
+	}
+	id, err := NewUniqueID()
+	if err != nil {
+		return nil, err
+	}
+	comms := make([]*Comm, len(devs))
+	ctxs := make([]*cuda.Context, len(devs))
+	for i, d := range devs {
+		if ctxs[i], err = zerocopy.DeviceContext(d); err != nil {
+			return nil, fmt.Errorf("nccl: InitDevices: %w", err)
+		}
+		comms[i] = &Comm{rank: i, size: len(devs), dev: d, ctx: ctxs[i], key: id.key(), timeout: cfg.timeout()}
+	}
+	ncfg, name := newConfig(cfg)
+	var first error
+	runtime.LockOSThread()
+	if r := call(sym_ncclGroupStart); r != success {
+		runtime.UnlockOSThread()
+		return nil, newError("ncclGroupStart", r, 0)
+	}
+	for i := range devs {
+		restore, err := ctxs[i].SetCurrent()
+		if err != nil {
+			first = err
+			break
+		}
+		r := call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&comms[i].h)), uintptr(len(devs)), uintptr(i), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
+		restore()
+		if r != success && r != inProgress {
+			first = newError("ncclCommInitRankScalable", r, 0)
+			break
+		}
+	}
+	r := call(sym_ncclGroupEnd)
+	runtime.UnlockOSThread()
+	runtime.KeepAlive(name)
+	if first == nil && r != success && r != inProgress {
+		first = newError("ncclGroupEnd", r, 0)
+	}
+	for _, c := range comms {
+		if c.h == 0 {
+			continue
+		}
+		if first != nil {
+			c.abort()
+			continue
+		}
+		if err := c.settle("init", inProgress, "ncclGroupEnd", 0); err != nil {
+			first = err
+		}
+	}
+	if first != nil {
+		for _, c := range comms {
+			c.abort()
+		}
+		return nil, first
+	}
+	return comms, nil
+}
+
+// NoColor as Split's color: this rank joins no new communicator.
+const NoColor = -1
+
+// Split makes new communicators of the ranks of c (ncclCommSplit): ranks
+// that pass the same color form one, numbered by key (then by their rank
+// in c). Every rank of c must call it. color NoColor gives nil, nil.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	if color < NoColor {
+		return nil, fmt.Errorf("nccl: Split: color %d: must be >= 0, or NoColor", color)
+	}
+	if err := c.usable("split"); err != nil {
+		return nil, err
+	}
+	seq := c.seq.Add(1)
+	ncfg, name := newConfig(&Config{Timeout: c.timeout})
+	var nh uintptr
+	var r Result
+	c.mu.RLock()
+	if c.h == 0 {
+		c.mu.RUnlock()
+		return nil, c.err("split")
+	}
+	err := onDevice(c.ctx, func() {
+		r = call(sym_ncclCommSplit, c.h, uintptr(int64(color)), uintptr(int64(key)), uintptr(unsafe.Pointer(&nh)), uintptr(unsafe.Pointer(ncfg)))
+	})
+	c.mu.RUnlock()
+	runtime.KeepAlive(name)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: Split: %w", err)
+	}
+	if err := c.settle("split", r, "ncclCommSplit", seq); err != nil {
+		return nil, err
+	}
+	if nh == 0 {
+		return nil, nil
+	}
+	nc := &Comm{h: nh, dev: c.dev, ctx: c.ctx, timeout: c.timeout,
+		key: fmt.Sprintf("%s.%d.%d", c.key, seq, color)}
+	if err := nc.settle("split", inProgress, "ncclCommSplit", 0); err != nil {
+		return nil, err
+	}
+	var n, rk int32
+	if r := call(sym_ncclCommCount, nh, uintptr(unsafe.Pointer(&n))); r != success {
+		nc.abort()
+		return nil, newError("ncclCommCount", r, nh)
+	}
+	if r := call(sym_ncclCommUserRank, nh, uintptr(unsafe.Pointer(&rk))); r != success {
+		nc.abort()
+		return nil, newError("ncclCommUserRank", r, nh)
+	}
+	nc.size, nc.rank = int(n), int(rk)
+	return nc, nil
+}
+
+// settle turns the result r of call fn into an error, waiting (with the
+// deadline) while the nonblocking communicator reports ncclInProgress. A
+// failure aborts the communicator.
+func (c *Comm) settle(op string, r Result, fn string, seq uint64) error {
+	if r != success && r != inProgress {
+		err := newError(fn, r, c.h)
+		c.fail(&OpError{Op: op, Seq: seq, Rank: c.rank, Size: c.size, Err: err})
+		return c.err(op)
+	}
+	deadline := time.Now().Add(c.timeout)
+	for pause := time.Duration(0); ; {
+		a, err := c.asyncError()
+		if err != nil {
+			return err
+		}
+		if a == success {
+			return nil
+		}
+		if a != inProgress {
+			c.fail(c.opError(op, seq, 0, newError(fn, a, c.h)))
+			return c.err(op)
+		}
+		if time.Now().After(deadline) {
+			c.fail(c.opError(op, seq, c.timeout, ErrTimeout))
+			return c.err(op)
+		}
+		pause = backoff(pause)
+		time.Sleep(pause)
+	}
+}
+
+// backoff: the next pause of a polling loop, from 20 us to 5 ms.
+func backoff(p time.Duration) time.Duration {
+	switch {
+	case p < 20*time.Microsecond:
+		return 20 * time.Microsecond
+	case p >= 5*time.Millisecond:
+		return 5 * time.Millisecond
+	}
+	return p * 2
+}
+
+// asyncError asks NCCL for the communicator's state (ncclCommGetAsyncError).
+func (c *Comm) asyncError() (Result, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == 0 {
+		return 0, c.err("")
+	}
+	var a int32
+	if r := call(sym_ncclCommGetAsyncError, c.h, uintptr(unsafe.Pointer(&a))); r != success {
+		return 0, newError("ncclCommGetAsyncError", r, c.h)
+	}
+	return Result(a), nil
+}
+
+// AsyncError returns NCCL's asynchronous error of the communicator (nil
+// while it is healthy), or the failure that aborted it.
+func (c *Comm) AsyncError() error {
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	a, err := c.asyncError()
+	if err != nil {
+		return err
+	}
+	if a == success || a == inProgress {
+		return nil
+	}
+	return newError("ncclCommGetAsyncError", a, c.h)
+}
+
+func (c *Comm) opError(op string, seq uint64, timeout time.Duration, cause error) *OpError {
+	e := &OpError{Op: op, Seq: seq, Rank: c.rank, Size: c.size, Timeout: timeout, Err: cause}
+	if c.missing != nil {
+		e.Missing, e.Detail = c.missing.Missing(c.key, seq)
+	}
+	return e
+}
+
+// fail records the communicator's first failure and aborts it.
+func (c *Comm) fail(err error) {
+	c.failed.CompareAndSwap(nil, &err)
+	c.abort()
+}
+
+// err is the failure recorded, or ErrAborted.
+func (c *Comm) err(op string) error {
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	if op == "" {
+		return ErrAborted
+	}
+	return fmt.Errorf("nccl: %s: %w", op, ErrAborted)
+}
+
+// usable refuses operations on a failed or closed communicator.
+func (c *Comm) usable(op string) error {
+	if c == nil {
+		return fmt.Errorf("nccl: %s: nil communicator", op)
+	}
+	if c.failed.Load() != nil {
+		return c.err(op)
+	}
+	return nil
+}
+
+// abort calls ncclCommAbort once: kernels of the communicator exit and its
+// resources go; the streams its operations were on run on.
+func (c *Comm) abort() {
+	c.mu.Lock()
+	h := c.h
+	c.h = 0
+	c.mu.Unlock()
+	if h != 0 {
+		_ = onDevice(c.ctx, func() { call(sym_ncclCommAbort, h) })
+		c.dropEvents()
+	}
+}
+
+// dropEvents destroys the watchdog's spare events (the communicator is
+// done; events of flights still followed go when the watchdog ends).
+func (c *Comm) dropEvents() {
+	c.wmu.Lock()
+	evs := c.events
+	c.events = nil
+	c.wmu.Unlock()
+	for _, e := range evs {
+		_ = e.Destroy()
+	}
+}
+
+// Abort aborts the communicator (ncclCommAbort): operations in flight end
+// without their results, later ones are refused with ErrAborted. Other
+// ranks see their operations fail (by their deadline at the latest).
+func (c *Comm) Abort() error {
+	c.fail(fmt.Errorf("nccl: rank %d of communicator %s: %w by Abort", c.rank, c.key, ErrAborted))
+	return nil
+}
+
+// Finalize flushes the operations queued (ncclCommFinalize), waits with
+// the deadline until the communicator is quiet, and frees it
+// (ncclCommDestroy). Every rank calls it; a rank that does not come makes
+// the others' Finalize abort at the deadline.
+func (c *Comm) Finalize() error {
+	if err := c.usable("finalize"); err != nil {
+		return err
+	}
+	c.mu.RLock()
+	h := c.h
+	var r Result
+	if h != 0 {
+		_ = onDevice(c.ctx, func() { r = call(sym_ncclCommFinalize, h) })
+	}
+	c.mu.RUnlock()
+	if h == 0 {
+		return c.err("finalize")
+	}
+	if err := c.settle("finalize", r, "ncclCommFinalize", c.seq.Load()); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	h, c.h = c.h, 0
+	c.mu.Unlock()
+	if h == 0 {
+		return c.err("finalize")
+	}
+	c.failed.CompareAndSwap(nil, ptrErr(fmt.Errorf("nccl: communicator %s: %w (finalized)", c.key, ErrAborted)))
+	if err := onDevice(c.ctx, func() { r = call(sym_ncclCommDestroy, h) }); err != nil {
+		return err
+	}
+	c.dropEvents()
+	if r != success {
+		return newError("ncclCommDestroy", r, 0)
+	}
+	return nil
+}
+
+func ptrErr(err error) *error { return &err }

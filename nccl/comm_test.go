@@ -1,0 +1,185 @@
+package nccl_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/nccl"
+	"github.com/dlbridge/dlbridge/zerocopy"
+)
+
+// oneRank is a communicator of one rank on device 0.
+func oneRank(t *testing.T) *nccl.Comm {
+	t.Helper()
+	id, err := nccl.NewUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := nccl.InitRank(id, 1, 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Finalize() })
+	return c
+}
+
+// Views are checked before NCCL sees them, and the error names what is wrong.
+func TestChecksBeforeNCCL(t *testing.T) {
+	ranks(t, 2) // a view on device 1
+	c := oneRank(t)
+	dev := func(dt dlpack.DataType, shape ...int64) *zerocopy.View {
+		v, err := zerocopy.AllocCUDA(0, dt, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	host, _ := zerocopy.FromSlice([]float32{1, 2, 3, 4})
+	other := func() *zerocopy.View {
+		v, err := zerocopy.AllocCUDA(1, dlpack.Float32Type, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}()
+	f4 := dev(dlpack.Float32Type, 4)
+	strided, err := dev(dlpack.Float32Type, 8).Slice(0, 0, 8, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"host view", func() error { return c.AllReduce(f4, host, nccl.Sum, nil) }, "device"},
+		{"other device", func() error { return c.AllReduce(f4, other, nccl.Sum, nil) }, "cuda:1"},
+		{"dtype mismatch", func() error { return c.AllReduce(dev(dlpack.Int32Type, 4), f4, nccl.Sum, nil) }, "dtype"},
+		{"length mismatch", func() error { return c.AllReduce(dev(dlpack.Float32Type, 3), f4, nccl.Sum, nil) }, "3 elements"},
+		{"strided", func() error { return c.AllReduce(f4, strided, nccl.Sum, nil) }, "strided cuda:0 writable: order"},
+		{"complex", func() error { return c.AllReduce(f4, dev(dlpack.Complex64Type, 4), nccl.Sum, nil) }, "NCCL has"},
+		{"bad op", func() error { return c.AllReduce(f4, f4, nccl.Op(9), nil) }, "reduction"},
+		{"root", func() error { return c.Broadcast(f4, f4, 1, nil) }, "root 1"},
+		{"peer", func() error { return c.Send(f4, 2, nil) }, "peer 2"},
+		{"all_gather size", func() error { return c.AllGather(dev(dlpack.Float32Type, 5), f4, nil) }, "needs"},
+		{"nil", func() error { return c.AllReduce(nil, f4, nccl.Sum, nil) }, "nil view"},
+		{"all_to_all blocks", func() error { return c.AllToAll(f4, dev(dlpack.Float32Type, 2, 2), nil) }, "match"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.run()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	// The communicator is still usable after refused arguments.
+	if err := c.AllReduce(f4, f4, nccl.Sum, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One process drives two devices: a communicator per device, operations
+// launched together in one group (Batch).
+func TestInitDevicesBatch(t *testing.T) {
+	ranks(t, 2)
+	comms, err := nccl.InitDevices([]int{0, 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []*zerocopy.View
+	var b nccl.Batch
+	for i, c := range comms {
+		if c.Rank() != i || c.Size() != 2 || c.Device() != i {
+			t.Fatalf("comm %d: %v", i, c)
+		}
+		v, err := toDevice(c.Device(), nil, []float32{float32(i + 1), 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+		b.AllReduce(c, v, v, nccl.Sum, nil)
+	}
+	if err := b.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vs {
+		got, err := toHost[float32](v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := check("device "+string(rune('0'+i)), got, []float32{3, 20}); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, c := range comms {
+		if err := c.Finalize(); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := nccl.InitDevices([]int{0, 0}, nil); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a device listed twice: got %v", err)
+	}
+}
+
+func TestAbortRefusesLaterOperations(t *testing.T) {
+	c := oneRank(t)
+	v, _ := zerocopy.AllocCUDA(0, dlpack.Int32Type, 2)
+	if err := c.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AllReduce(v, v, nccl.Sum, nil); !errors.Is(err, nccl.ErrAborted) {
+		t.Fatalf("after Abort: got %v, want ErrAborted", err)
+	}
+}
+
+func TestFromEnvNamesWhatIsMissing(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"MASTER_ADDR": ""}, "MASTER_ADDR is not set"},
+		{map[string]string{"MASTER_PORT": "x"}, `MASTER_PORT="x"`},
+		{map[string]string{"RANK": ""}, "RANK is not set"},
+		{map[string]string{"WORLD_SIZE": "0"}, "WORLD_SIZE"},
+		{map[string]string{"RANK": "4"}, "rank 4 of 2"},
+		{map[string]string{nccl.EnvTimeout: "soon"}, nccl.EnvTimeout},
+	} {
+		base := map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "2",
+			nccl.EnvTimeout: ""}
+		for k, v := range tc.env {
+			base[k] = v
+		}
+		for k, v := range base {
+			t.Setenv(k, v)
+		}
+		_, err := nccl.FromEnv(nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("env %v: got %v, want an error containing %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+// A rank that comes to a rendezvous nobody hosts gives up at the deadline.
+func TestRendezvousDeadline(t *testing.T) {
+	_, err := nccl.Join(nccl.Options{Addr: "127.0.0.1:1", Rank: 1, Size: 2, Device: 0,
+		Config: nccl.Config{Timeout: 300e6}})
+	if err == nil || !strings.Contains(err.Error(), "cannot reach rank 0") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestLibraryPath(t *testing.T) {
+	p := nccl.LibraryPath()
+	if want := os.Getenv(nccl.EnvLibrary); want != "" && p != want {
+		t.Fatalf("LibraryPath %q, want %q", p, want)
+	}
+	if v, err := nccl.Version(); err != nil || v < 22300 {
+		t.Fatalf("Version: %d, %v", v, err)
+	}
+}

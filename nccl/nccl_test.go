@@ -1,0 +1,58 @@
+package nccl_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEveryOperationFourProcesses(t *testing.T) {
+	res := spawn(t, "ops", ranks(t, 4), 2*time.Minute, "DLBRIDGE_NCCL_TIMEOUT=60s")
+	for _, r := range res {
+		if r.code != 0 || !strings.Contains(r.output, "ok") {
+			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
+		}
+	}
+}
+
+// opTimeout is the deadline of the failure tests: short against the fake,
+// and on a GPU long enough for NCCL's own initialization (a second or
+// more: contexts, topology, connections), which the deadline also bounds.
+func opTimeout(fake time.Duration) string {
+	if os.Getenv("DLBRIDGE_GPU") == "1" {
+		return "20s"
+	}
+	return fake.String()
+}
+
+func TestKilledRank(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"peer check", nil},
+		{"deadline only", []string{"FAKENCCL_NO_PEER_CHECK=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := append([]string{"DLBRIDGE_NCCL_TIMEOUT=" + opTimeout(3*time.Second)}, tc.env...)
+			res := spawn(t, "kill", ranks(t, 4), 2*time.Minute, env...)
+			for _, r := range res {
+				if r.code != 0 {
+					t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
+				}
+			}
+			t.Logf("rank 0:\n%s", res[0].output)
+		})
+	}
+}
+
+func TestHungRank(t *testing.T) {
+	res := spawn(t, "hang", ranks(t, 3), 2*time.Minute, "DLBRIDGE_NCCL_TIMEOUT="+opTimeout(2*time.Second))
+	for _, r := range res {
+		if r.code != 0 {
+			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
+		}
+	}
+	t.Logf("rank 0:\n%s", res[0].output)
+}

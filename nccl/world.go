@@ -1,0 +1,699 @@
+package nccl
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// World is this process's place in a job started as torchrun starts one:
+// its rank among Size processes, the communicator of all of them, and the
+// control plane of the rendezvous. Rank 0 listens at MASTER_ADDR:MASTER_PORT,
+// makes the unique id and hands it to the others over TCP; the connections
+// stay open, so that every rank learns at once when a process of the job
+// exits (its socket closes), which names the lost rank in the errors of
+// the survivors and lets them build a communicator without it (Rebuild).
+// No tensor data goes over these connections: NCCL carries all of it.
+type World struct {
+	Rank, Size, LocalRank int
+
+	cfg     Config
+	dev     int
+	mu      sync.Mutex
+	comm    *Comm
+	members []int // world rank of each rank of comm
+	dead    map[int]string
+	changed chan struct{} // closed and replaced when dead changes
+	ln      net.Listener
+	conns   map[int]net.Conn // rank 0: one per other rank; others: {0: rank 0}
+	wmu     sync.Mutex       // serializes writes
+	epoch   uint32
+	asks    map[int]uint32         // rank 0: ranks that asked to rebuild, by epoch
+	answers chan []byte            // others: rebuild answers from rank 0
+	queries map[uint32]chan []byte // progress requests waiting for their replies, by id
+	nextQ   uint32
+	closed  bool
+}
+
+// Options of Join. FromEnv fills them from the environment.
+type Options struct {
+	Addr      string // host:port of rank 0's listener (MASTER_ADDR:MASTER_PORT)
+	Rank      int    // RANK
+	Size      int    // WORLD_SIZE
+	LocalRank int    // LOCAL_RANK: the device, unless Device says otherwise
+	Device    int    // CUDA device; -1: LocalRank
+	Config    Config // Config.Timeout also bounds the rendezvous
+}
+
+// EnvTimeout names the variable FromEnv reads the timeout from (a Go
+// duration such as "30s"; default DefaultTimeout).
+const EnvTimeout = "DLBRIDGE_NCCL_TIMEOUT"
+
+// FromEnv joins the job described by MASTER_ADDR, MASTER_PORT, RANK,
+// WORLD_SIZE and LOCAL_RANK (LOCAL_RANK defaults to 0; the device is
+// LOCAL_RANK), with the timeout of DLBRIDGE_NCCL_TIMEOUT. cfg, when not
+// nil, overrides the timeout and gives the rest of the configuration.
+func FromEnv(cfg *Config) (*World, error) {
+	get := func(name string, required bool) (string, error) {
+		v := os.Getenv(name)
+		if v == "" && required {
+			return "", fmt.Errorf("nccl: FromEnv: %s is not set (MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE describe the job, as torchrun sets them)", name)
+		}
+		return v, nil
+	}
+	num := func(name string, required bool, min int) (int, error) {
+		v, err := get(name, required)
+		if err != nil || v == "" {
+			return 0, err
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min {
+			return 0, fmt.Errorf("nccl: FromEnv: %s=%q: want an integer >= %d", name, v, min)
+		}
+		return n, nil
+	}
+	addr, err := get("MASTER_ADDR", true)
+	if err != nil {
+		return nil, err
+	}
+	port, err := num("MASTER_PORT", true, 1)
+	if err != nil {
+		return nil, err
+	}
+	var o Options
+	if o.Rank, err = num("RANK", true, 0); err != nil {
+		return nil, err
+	}
+	if o.Size, err = num("WORLD_SIZE", true, 1); err != nil {
+		return nil, err
+	}
+	if o.LocalRank, err = num("LOCAL_RANK", false, 0); err != nil {
+		return nil, err
+	}
+	o.Addr = net.JoinHostPort(addr, strconv.Itoa(port))
+	o.Device = -1
+	if cfg != nil {
+		o.Config = *cfg
+	}
+	if v := os.Getenv(EnvTimeout); v != "" && (cfg == nil || cfg.Timeout == 0) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("nccl: FromEnv: %s=%q: want a positive duration such as 30s", EnvTimeout, v)
+		}
+		o.Config.Timeout = d
+	}
+	return Join(o)
+}
+
+// Frame types of the control plane (docs/nccl.md gives the wire format:
+// one type byte, a little-endian uint32 payload length, the payload).
+const (
+	msgHello   = 'H' // rank -> 0: "DLBNCCL1", rank, size, pid (uint32 each)
+	msgID      = 'I' // 0 -> rank: the 128-byte unique id
+	msgDead    = 'D' // 0 -> rank: a rank (uint32) whose process is gone
+	msgRebuild = 'R' // rank -> 0: epoch
+	msgAnswer  = 'B' // 0 -> rank: epoch, new rank, new size, id, members
+	msgRefuse  = 'E' // 0 -> rank: why its hello is refused (text)
+	msgQuery   = 'Q' // rank -> 0 -> every rank: query id, key length, key, then for 0 -> rank nothing more
+	msgIssued  = 'A' // rank -> 0: query id, operations issued on that communicator (uint64; all ones: none)
+	msgStatus  = 'S' // 0 -> asking rank: query id, then (rank, issued uint64) per rank that answered
+)
+
+const helloMagic = "DLBNCCL1"
+
+func writeFrame(c net.Conn, t byte, payload []byte) error {
+	b := make([]byte, 5+len(payload))
+	b[0] = t
+	binary.LittleEndian.PutUint32(b[1:], uint32(len(payload)))
+	copy(b[5:], payload)
+	_, err := c.Write(b)
+	return err
+}
+
+func readFrame(c net.Conn) (byte, []byte, error) {
+	var h [5]byte
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.LittleEndian.Uint32(h[1:])
+	if n > 1<<16 {
+		return 0, nil, fmt.Errorf("control frame of %d bytes (limit 65536)", n)
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(c, p); err != nil {
+		return 0, nil, err
+	}
+	return h[0], p, nil
+}
+
+func u32s(vs ...int) []byte {
+	b := make([]byte, 4*len(vs))
+	for i, v := range vs {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	return b
+}
+
+// Join joins a job as o describes it and builds the communicator of all
+// its ranks (World.Comm).
+func Join(o Options) (*World, error) {
+	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
+		return nil, fmt.Errorf("nccl: Join: rank %d of %d: want 0 <= rank < size", o.Rank, o.Size)
+	}
+	w := &World{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, cfg: o.Config, dev: o.Device,
+		dead: map[int]string{}, changed: make(chan struct{}), conns: map[int]net.Conn{},
+		asks: map[int]uint32{}, answers: make(chan []byte, 4), queries: map[uint32]chan []byte{}}
+	if w.dev < 0 {
+		w.dev = o.LocalRank
+	}
+	deadline := time.Now().Add(o.Config.timeout())
+	var id UniqueID
+	var err error
+	if o.Rank == 0 {
+		id, err = w.host(o.Addr, deadline)
+	} else {
+		id, err = w.dial(o.Addr, deadline)
+	}
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	members := make([]int, o.Size)
+	for i := range members {
+		members[i] = i
+	}
+	c, err := InitRank(id, o.Size, o.Rank, w.dev, &w.cfg)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.setComm(c, members)
+	return w, nil
+}
+
+// host is rank 0's side: listen, accept every other rank with the deadline,
+// hand out the id.
+func (w *World) host(addr string, deadline time.Time) (UniqueID, error) {
+	var id UniqueID
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return id, fmt.Errorf("nccl: rank 0 cannot listen at %s (MASTER_ADDR:MASTER_PORT): %w", addr, err)
+	}
+	w.ln = ln
+	if id, err = NewUniqueID(); err != nil {
+		return id, err
+	}
+	tl := ln.(*net.TCPListener)
+	for len(w.conns) < w.Size-1 {
+		_ = tl.SetDeadline(deadline)
+		c, err := tl.Accept()
+		if err != nil {
+			var missing []int
+			for r := 1; r < w.Size; r++ {
+				if w.conns[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			return id, fmt.Errorf("nccl: rendezvous at %s: rank(s) %v did not come within %v: %w", addr, missing, w.cfg.timeout(), err)
+		}
+		_ = c.SetDeadline(deadline)
+		t, p, err := readFrame(c)
+		if err != nil || t != msgHello || len(p) != 20 || string(p[:8]) != helloMagic {
+			c.Close() // not one of ours (a port scanner, a torch TCPStore client)
+			continue
+		}
+		r := int(binary.LittleEndian.Uint32(p[8:]))
+		n := int(binary.LittleEndian.Uint32(p[12:]))
+		why := ""
+		switch {
+		case n != w.Size:
+			why = fmt.Sprintf("rank %d says WORLD_SIZE=%d, rank 0 has %d", r, n, w.Size)
+		case r <= 0 || r >= w.Size:
+			why = fmt.Sprintf("rank %d outside [1, %d)", r, w.Size)
+		case w.conns[r] != nil:
+			why = fmt.Sprintf("rank %d joined twice", r)
+		}
+		if why != "" {
+			_ = writeFrame(c, msgRefuse, []byte(why))
+			c.Close()
+			continue
+		}
+		w.conns[r] = c
+	}
+	for r, c := range w.conns {
+		if err := writeFrame(c, msgID, id[:]); err != nil {
+			return id, fmt.Errorf("nccl: rendezvous: sending the id to rank %d: %w", r, err)
+		}
+		_ = c.SetDeadline(time.Time{})
+		go w.serve(r, c)
+	}
+	return id, nil
+}
+
+// dial is the side of every other rank: connect (retrying until the
+// deadline: rank 0 may start last), say hello, get the id.
+func (w *World) dial(addr string, deadline time.Time) (UniqueID, error) {
+	var id UniqueID
+	var c net.Conn
+	var err error
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		d := net.Dialer{Deadline: deadline}
+		if c, err = d.Dial("tcp", addr); err == nil {
+			break
+		}
+		if time.Now().Add(pause).After(deadline) {
+			return id, fmt.Errorf("nccl: rendezvous: rank %d cannot reach rank 0 at %s within %v: %w", w.Rank, addr, w.cfg.timeout(), err)
+		}
+		time.Sleep(pause)
+	}
+	w.conns[0] = c
+	_ = c.SetDeadline(deadline)
+	hello := append([]byte(helloMagic), u32s(w.Rank, w.Size, os.Getpid())...)
+	if err := writeFrame(c, msgHello, hello); err != nil {
+		return id, fmt.Errorf("nccl: rendezvous: hello to rank 0 at %s: %w", addr, err)
+	}
+	t, p, err := readFrame(c)
+	if err != nil {
+		return id, fmt.Errorf("nccl: rendezvous: rank %d waiting for the id from rank 0 at %s: %w", w.Rank, addr, err)
+	}
+	if t == msgRefuse {
+		return id, fmt.Errorf("nccl: rendezvous: rank 0 refused rank %d: %s", w.Rank, p)
+	}
+	if t != msgID || len(p) != len(id) {
+		return id, fmt.Errorf("nccl: rendezvous: unexpected frame %q of %d bytes from rank 0", t, len(p))
+	}
+	copy(id[:], p)
+	_ = c.SetDeadline(time.Time{})
+	go w.serve(0, c)
+	return id, nil
+}
+
+// serve reads one connection until it closes: then the rank at its other
+// end is gone (rank 0 tells the others).
+func (w *World) serve(peer int, c net.Conn) {
+	for {
+		t, p, err := readFrame(c)
+		if err != nil {
+			w.lost(peer, "its connection closed (process exited?)")
+			return
+		}
+		switch {
+		case t == msgDead && len(p) == 4:
+			w.lost(int(binary.LittleEndian.Uint32(p)), "rank 0 saw its connection close")
+		case t == msgRebuild && len(p) == 4 && w.Rank == 0:
+			w.mu.Lock()
+			w.asks[peer] = binary.LittleEndian.Uint32(p)
+			w.notify()
+			w.mu.Unlock()
+		case t == msgAnswer:
+			w.answers <- p
+		case t == msgQuery && len(p) >= 8 && w.Rank == 0:
+			go w.answerQuery(peer, p)
+		case t == msgQuery && len(p) >= 8:
+			w.send(0, msgIssued, append(p[:4:4], u64(w.issued(string(p[8:])))...))
+		case (t == msgIssued || t == msgStatus) && len(p) >= 4:
+			w.mu.Lock()
+			ch := w.queries[binary.LittleEndian.Uint32(p)]
+			w.mu.Unlock()
+			if ch != nil {
+				select {
+				case ch <- append(u32s(peer), p[4:]...):
+				default:
+				}
+			}
+		}
+	}
+}
+
+// send writes one frame to rank r (rank 0's connection to it, or the
+// connection to rank 0); a closed connection is reported by serve.
+func (w *World) send(r int, t byte, p []byte) {
+	w.mu.Lock()
+	c := w.conns[r]
+	w.mu.Unlock()
+	if c == nil {
+		return
+	}
+	w.wmu.Lock()
+	_ = writeFrame(c, t, p)
+	w.wmu.Unlock()
+}
+
+func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+
+// noComm is the count of a rank without the communicator asked about.
+const noComm = ^uint64(0)
+
+// issued is the number of operations this rank issued on its communicator
+// with the given key.
+func (w *World) issued(key string) uint64 {
+	w.mu.Lock()
+	c := w.comm
+	w.mu.Unlock()
+	if c == nil || c.Key() != key {
+		return noComm
+	}
+	return c.Issued()
+}
+
+// queryTimeout bounds a progress query: ranks that have not answered by
+// then are counted as not having come.
+const queryTimeout = time.Second
+
+// progress asks every live rank (through rank 0) how many operations it
+// issued on the communicator with this key: job rank -> count.
+func (w *World) progress(key string) map[int]uint64 {
+	w.mu.Lock()
+	w.nextQ++
+	id := w.nextQ
+	ch := make(chan []byte, 2*w.Size)
+	w.queries[id] = ch
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.queries, id)
+		w.mu.Unlock()
+	}()
+	q := append(u32s(int(id), len(key)), key...)
+	if w.Rank == 0 {
+		return w.collect(id, ch, key)
+	}
+	w.send(0, msgQuery, q)
+	t := time.NewTimer(2 * queryTimeout)
+	defer t.Stop()
+	select {
+	case p := <-ch:
+		out := map[int]uint64{}
+		for p = p[4:]; len(p) >= 12; p = p[12:] {
+			out[int(binary.LittleEndian.Uint32(p))] = binary.LittleEndian.Uint64(p[4:])
+		}
+		return out
+	case <-t.C:
+		return nil
+	}
+}
+
+// collect is rank 0's half of a query: ask every other live rank, gather
+// the answers that come within queryTimeout, add its own.
+func (w *World) collect(id uint32, ch chan []byte, key string) map[int]uint64 {
+	q := append(u32s(int(id), len(key)), key...)
+	w.mu.Lock()
+	var ask []int
+	for r := range w.conns {
+		if _, gone := w.dead[r]; !gone {
+			ask = append(ask, r)
+		}
+	}
+	w.mu.Unlock()
+	for _, r := range ask {
+		w.send(r, msgQuery, q)
+	}
+	out := map[int]uint64{0: w.issued(key)}
+	t := time.NewTimer(queryTimeout)
+	defer t.Stop()
+	for len(out) < len(ask)+1 {
+		select {
+		case p := <-ch:
+			if len(p) >= 12 {
+				out[int(binary.LittleEndian.Uint32(p))] = binary.LittleEndian.Uint64(p[4:])
+			}
+		case <-t.C:
+			return out
+		}
+	}
+	return out
+}
+
+// answerQuery is rank 0 serving a query of rank peer.
+func (w *World) answerQuery(peer int, p []byte) {
+	id := binary.LittleEndian.Uint32(p)
+	n := int(binary.LittleEndian.Uint32(p[4:]))
+	if 8+n > len(p) {
+		return
+	}
+	w.mu.Lock()
+	w.nextQ++
+	mine := w.nextQ
+	ch := make(chan []byte, 2*w.Size)
+	w.queries[mine] = ch
+	w.mu.Unlock()
+	got := w.collect(mine, ch, string(p[8:8+n]))
+	w.mu.Lock()
+	delete(w.queries, mine)
+	w.mu.Unlock()
+	reply := u32s(int(id))
+	for r, v := range got {
+		reply = append(reply, u32s(r)...)
+		reply = append(reply, u64(v)...)
+	}
+	w.send(peer, msgStatus, reply)
+}
+
+// notify wakes waiters on w.changed (w.mu held).
+func (w *World) notify() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *World) lost(r int, why string) {
+	w.mu.Lock()
+	if _, ok := w.dead[r]; ok || w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.dead[r] = why
+	w.notify()
+	var tell []net.Conn
+	if w.Rank == 0 {
+		for q, c := range w.conns {
+			if q != r {
+				tell = append(tell, c)
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, c := range tell {
+		w.wmu.Lock()
+		_ = writeFrame(c, msgDead, u32s(r))
+		w.wmu.Unlock()
+	}
+}
+
+// Dead returns the ranks of the job known to be gone, in order.
+func (w *World) Dead() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []int
+	for r := range w.dead {
+		out = append(out, r)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Missing implements Missing for the communicators of w: the job ranks
+// (RANK) that did not come to operation seq of the communicator key:
+// those whose process is gone (the rendezvous saw their connection
+// close), those that had not issued operation seq when asked (through
+// rank 0, within a second), and those that did not answer.
+func (w *World) Missing(key string, seq uint64) ([]int, string) {
+	got := w.progress(key)
+	w.mu.Lock()
+	dead := make(map[int]string, len(w.dead))
+	for r, why := range w.dead {
+		dead[r] = why
+	}
+	members := w.members
+	w.mu.Unlock()
+	if members == nil {
+		members = make([]int, w.Size)
+		for i := range members {
+			members[i] = i
+		}
+	}
+	var ranks []int
+	var parts []string
+	for _, r := range members {
+		if r == w.Rank {
+			continue
+		}
+		why, gone := dead[r]
+		n, answered := got[r]
+		switch {
+		case gone:
+			parts = append(parts, fmt.Sprintf("rank %d: %s", r, why))
+		case got == nil:
+			continue // rank 0 unreachable: only the dead are known
+		case !answered:
+			parts = append(parts, fmt.Sprintf("rank %d: no answer from its process", r))
+		case n == noComm:
+			parts = append(parts, fmt.Sprintf("rank %d: not in this communicator any more", r))
+		case n < seq:
+			parts = append(parts, fmt.Sprintf("rank %d: alive, issued %d operations", r, n))
+		default:
+			continue
+		}
+		ranks = append(ranks, r)
+	}
+	if len(ranks) == 0 {
+		if got == nil {
+			return nil, "rank 0 could not be asked about the others"
+		}
+		return nil, fmt.Sprintf("every rank is alive and issued operation %d: the failure is in NCCL or the network", seq)
+	}
+	sort.Ints(ranks)
+	return ranks, "job ranks; " + strings.Join(parts, "; ")
+}
+
+func (w *World) setComm(c *Comm, members []int) {
+	c.SetMissing(w)
+	w.mu.Lock()
+	w.comm, w.members = c, members
+	w.mu.Unlock()
+}
+
+// Comm is the current communicator of the job's ranks (after Rebuild, of
+// the survivors).
+func (w *World) Comm() *Comm {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.comm
+}
+
+// Members are the job ranks (RANK) of the current communicator's ranks.
+func (w *World) Members() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]int(nil), w.members...)
+}
+
+// Rebuild aborts the current communicator and builds a new one of the
+// ranks still alive; every survivor calls it (after an operation failed).
+// Rank 0 waits, with the deadline, until each rank it has not seen exit
+// asked for it, numbers them in the order of their job ranks and hands out
+// a new id. Rank 0 hosts the rendezvous: when it is the rank lost, the
+// job cannot go on (as with torchrun's store).
+func (w *World) Rebuild() (*Comm, error) {
+	old := w.Comm()
+	if old != nil {
+		old.abort()
+	}
+	deadline := time.Now().Add(w.cfg.timeout())
+	w.mu.Lock()
+	w.epoch++
+	epoch := w.epoch
+	if _, gone := w.dead[0]; gone && w.Rank != 0 {
+		w.mu.Unlock()
+		return nil, errors.New("nccl: Rebuild: rank 0, which hosts the rendezvous, is gone: the job cannot rebuild its communicator")
+	}
+	w.mu.Unlock()
+	var id UniqueID
+	var rank int
+	var members []int
+	if w.Rank == 0 {
+		for {
+			w.mu.Lock()
+			ch := w.changed
+			members = []int{0}
+			waiting := false
+			for r := 1; r < w.Size; r++ {
+				if _, gone := w.dead[r]; gone {
+					continue
+				}
+				if w.asks[r] == epoch {
+					members = append(members, r)
+				} else {
+					waiting = true
+				}
+			}
+			w.mu.Unlock()
+			if !waiting {
+				break
+			}
+			left := time.Until(deadline)
+			if left <= 0 {
+				return nil, fmt.Errorf("nccl: Rebuild: not every live rank asked within %v (have %v)", w.cfg.timeout(), members)
+			}
+			t := time.NewTimer(left)
+			select {
+			case <-ch:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		var err error
+		if id, err = NewUniqueID(); err != nil {
+			return nil, err
+		}
+		for i, r := range members[1:] {
+			p := append(u32s(int(epoch), i+1, len(members)), id[:]...)
+			p = append(p, u32s(members...)...)
+			w.wmu.Lock()
+			err := writeFrame(w.conns[r], msgAnswer, p)
+			w.wmu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("nccl: Rebuild: answering rank %d: %w", r, err)
+			}
+		}
+	} else {
+		w.wmu.Lock()
+		err := writeFrame(w.conns[0], msgRebuild, u32s(int(epoch)))
+		w.wmu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("nccl: Rebuild: asking rank 0: %w", err)
+		}
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		for {
+			var p []byte
+			select {
+			case p = <-w.answers:
+			case <-t.C:
+				return nil, fmt.Errorf("nccl: Rebuild: rank 0 did not answer within %v", w.cfg.timeout())
+			}
+			if len(p) < 12+128 || binary.LittleEndian.Uint32(p) != epoch {
+				continue // an answer to an older Rebuild
+			}
+			rank = int(binary.LittleEndian.Uint32(p[4:]))
+			n := int(binary.LittleEndian.Uint32(p[8:]))
+			copy(id[:], p[12:140])
+			if len(p) != 140+4*n {
+				return nil, fmt.Errorf("nccl: Rebuild: malformed answer of %d bytes from rank 0", len(p))
+			}
+			for i := 0; i < n; i++ {
+				members = append(members, int(binary.LittleEndian.Uint32(p[140+4*i:])))
+			}
+			break
+		}
+	}
+	c, err := InitRank(id, len(members), rank, w.dev, &w.cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.setComm(c, members)
+	return c, nil
+}
+
+// Close finalizes nothing (call Comm().Finalize first for a clean end) and
+// closes the control plane; the other ranks see this rank gone.
+func (w *World) Close() error {
+	w.mu.Lock()
+	w.closed = true
+	conns := w.conns
+	w.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	if w.ln != nil {
+		w.ln.Close()
+	}
+	return nil
+}
