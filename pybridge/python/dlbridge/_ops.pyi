@@ -14,4 +14,8 @@ class _Ops:
 
 ops: _Ops
 
+#: The names result_type= takes, and the same as a sentence's list.
+RESULT_TYPES: tuple[str, ...]
+RESULT_TYPES_TEXT: str
+
 def load_library(path: Union[str, "os.PathLike[str]"]) -> str: ...
