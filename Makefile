@@ -93,8 +93,7 @@ vet:
 # Go package's module), installed with dlbridge's wheel into a fresh venv;
 # tests/check_wheel.py runs from /tmp without DLBRIDGE_LIB or PYTHONPATH: the
 # functions on NumPy arrays, the shipped stub against dlbridge.stubgen and
-# mypy, and the refusal of a second Go library (one Go runtime per process),
-# on both Python paths.
+# mypy, and the refusal of a second Go library (one Go runtime per process).
 GOFUNC_WHEELDIR := $(BUILD)/gofunc-wheel
 GOFUNC_VENV := $(BUILD)/gofunc-venv
 
@@ -107,13 +106,12 @@ gofunc-wheel-test: dist gofunc-wheel
 	$(PY) -m venv --system-site-packages $(GOFUNC_VENV)
 	$(GOFUNC_VENV)/bin/python -m pip install -q --no-index --no-deps $(HOST_WHEEL) $(GOFUNC_WHEELDIR)/gofunc-*.whl
 	$(VPY) $(CURDIR)/$(GOFUNC_VENV)/bin/python $(CURDIR)/examples/gofunc/python/tests/check_wheel.py
-	$(VPY) DLBRIDGE_NO_FASTPATH=1 $(CURDIR)/$(GOFUNC_VENV)/bin/python $(CURDIR)/examples/gofunc/python/tests/check_wheel.py
 
 # The stub the gofunc wheel ships, written again from the library
 # (after a change to examples/gofunc's functions or to dlbridge.stubgen).
 gofunc-stub:
 	$(GO) run ./cmd/dlbridge build -o $(BUILD)/libgofunc.so ./examples/gofunc
-	PYTHONPATH=$(CURDIR)/pybridge/python DLBRIDGE_NO_FASTPATH=1 $(PY) -m dlbridge.stubgen $(BUILD)/libgofunc.so -m gofunc -o examples/gofunc/python/gofunc/__init__.pyi
+	PYTHONPATH=$(CURDIR)/pybridge/python $(PY) -m dlbridge.stubgen $(BUILD)/libgofunc.so -m gofunc -o examples/gofunc/python/gofunc/__init__.pyi
 
 # The core packages must build and pass without cgo (purego only).
 nocgo:
@@ -127,21 +125,15 @@ gotest:
 
 # The Python suite against the installed wheel, from outside the source tree
 # and without DLBRIDGE_LIB or PYTHONPATH (test_install.py checks which
-# package it got), twice: on the CPython fast path and on the pure-ctypes
-# path (DLBRIDGE_NO_FASTPATH=1). Its property tests use the Hypothesis
+# package it got), once: the extension is the only binding. Its property
+# tests use the Hypothesis
 # profile "ci" (a fixed, derandomized budget).
-VPY := cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 DLBRIDGE_TEST_OPS_LIB=$(CURDIR)/$(OPSLIB)
+VPY := cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH DLBRIDGE_EXPECT_INSTALLED=1 DLBRIDGE_TEST_OPS_LIB=$(CURDIR)/$(OPSLIB)
 VPYTEST := $(CURDIR)/$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 pytest: venv ops-lib
-	@set +e; rc=0; \
-	for fast in on off; do \
-	  nofast=""; if [ $$fast = off ]; then nofast=DLBRIDGE_NO_FASTPATH=1; fi; \
-	  echo "pytest: fast path $$fast"; \
-	  ($(VPY) $$nofast $(VPYTEST) $(CURDIR)/pybridge/python/tests); r=$$?; \
-	  if [ $$r -eq 5 ]; then echo "pytest collected no tests"; r=1; fi; \
-	  if [ $$r -ne 0 ]; then rc=$$r; fi; \
-	done; exit $$rc
+	@set +e; ($(VPY) $(VPYTEST) $(CURDIR)/pybridge/python/tests); r=$$?; \
+	if [ $$r -eq 5 ]; then echo "pytest collected no tests"; r=1; fi; exit $$r
 
 # The library of the Go-functions tests (tests/test_ops.py runs
 # tests/ops_cases.py against it in a process of its own): examples/gofunc
@@ -149,8 +141,8 @@ pytest: venv ops-lib
 ops-lib:
 	$(GO) run ./cmd/dlbridge build -o $(OPSLIB) ./examples/gofunc ./pybridge/pyfunc/pyfunctest
 
-# The fork check: test_fork.py (20 children per case, both Python
-# paths, a busy parent among them) 20 times against the installed wheel,
+# The fork check: test_fork.py (20 children per case, a busy
+# parent among them) 20 times against the installed wheel,
 # FORK_JOBS rounds at a time (scripts/fork-repeat.sh), a line as each round
 # passes; the first failing round stops it and prints its output.
 FORK_JOBS ?= 2
@@ -158,10 +150,9 @@ pytest-fork-repeat: venv
 	@$(VPY) bash $(CURDIR)/scripts/fork-repeat.sh 20 $(FORK_JOBS) $(VPYTEST) -x $(CURDIR)/pybridge/python/tests/test_fork.py
 
 # The property tests at the Python border with the Hypothesis profile "long"
-# (randomized, thousands of examples per test), on both Python paths.
+# (randomized, thousands of examples per test).
 fuzz-long-py: venv
 	$(VPY) DLBRIDGE_HYPOTHESIS_PROFILE=long $(VPYTEST) $(CURDIR)/pybridge/python/tests/test_props.py
-	$(VPY) DLBRIDGE_NO_FASTPATH=1 DLBRIDGE_HYPOTHESIS_PROFILE=long $(VPYTEST) $(CURDIR)/pybridge/python/tests/test_props.py
 
 # The Python suite again, against the fake libcuda of testdata/fakecuda (built
 # with the flags of internal/fakecuda/builder.go) with two fake devices: every
@@ -173,7 +164,7 @@ $(FAKECUDA): testdata/fakecuda/fakecuda.c
 	gcc -shared -fPIC -O2 -ffp-contract=off -o $@ $< -lpthread
 
 pytest-fakecuda: venv ops-lib $(FAKECUDA)
-	@set +e; cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 \
+	@set +e; cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH DLBRIDGE_EXPECT_INSTALLED=1 \
 	  DLBRIDGE_TEST_OPS_LIB=$(CURDIR)/$(OPSLIB) \
 	  DLBRIDGE_LIBCUDA=$(CURDIR)/$(FAKECUDA) FAKECUDA_DEVICES=2 \
 	  $(CURDIR)/$(VENV)/bin/python -m pytest -q -rs -p no:cacheprovider $(CURDIR)/pybridge/python/tests; rc=$$?; \
@@ -233,7 +224,7 @@ test:
 # GPU, the network, or this suite's own entry point). Offline: Go modules
 # from the module cache.
 docs-test: venv
-	@cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH -u DLBRIDGE_NO_FASTPATH DLBRIDGE_DOCS_BLOCKS=1 DLBRIDGE_README=$(CURDIR)/README.md \
+	@cd /tmp && env -u DLBRIDGE_LIB -u PYTHONPATH DLBRIDGE_DOCS_BLOCKS=1 DLBRIDGE_README=$(CURDIR)/README.md \
 	  GO=$(GO) $(VPYTEST) -rs $(CURDIR)/pybridge/python/tests/test_readme.py -k docs_block
 
 # A Go user's module outside this repository builds against it with

@@ -5,49 +5,34 @@ import (
 	"fmt"
 
 	"github.com/dlbridge/dlbridge/cuda"
+	"github.com/dlbridge/dlbridge/pybridge/pyfunc"
 	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
 // Code is the status an exported entry point returns to C. OK is zero; every
 // other code names the Python exception the caller should raise, with the
-// message LastError gives on the same thread.
-type Code int32
+// message LastError gives on the same thread. It is pyfunc.Class, dlbridge's
+// one table of error classes (see there), so that an error a registered Go
+// function classifies and one of the bridge are the same thing.
+type Code = pyfunc.Class
 
-// The codes and the Python exceptions they stand for.
+// The codes, by the Python exception they stand for.
 const (
-	OK           Code = 0
-	BufferError  Code = 1 // the data cannot be exported or imported as asked
-	TypeError    Code = 2 // an argument of the wrong kind (dtype, object)
-	ValueError   Code = 3 // an argument with a bad value (shape, handle, stream)
-	MemoryError  Code = 4 // an allocation failed
-	RuntimeError Code = 5 // anything else, including a recovered Go panic
-	IndexError   Code = 6 // an index out of range (tensor[i])
+	OK           = pyfunc.Unclassified
+	BufferError  = pyfunc.BufferError  // the data cannot be exported or imported as asked
+	TypeError    = pyfunc.TypeError    // an argument of the wrong kind (dtype, object)
+	ValueError   = pyfunc.ValueError   // an argument with a bad value (shape, handle, stream)
+	MemoryError  = pyfunc.MemoryError  // an allocation failed
+	RuntimeError = pyfunc.RuntimeError // anything else, including a recovered Go panic
+	IndexError   = pyfunc.IndexError   // an index out of range (tensor[i])
 )
 
-var codeNames = [...]string{"OK", "BufferError", "TypeError", "ValueError", "MemoryError", "RuntimeError", "IndexError"}
-
-// String is the name of the Python exception class the code maps to.
-func (c Code) String() string {
-	if c >= 0 && int(c) < len(codeNames) {
-		return codeNames[c]
-	}
-	return fmt.Sprintf("Code(%d)", int32(c))
-}
-
 // Error is an error that carries the Code the fence reports for it.
-type Error struct {
-	Code Code
-	Err  error
-}
-
-func (e *Error) Error() string { return e.Err.Error() }
-
-// Unwrap gives the wrapped error to errors.Is and errors.As.
-func (e *Error) Unwrap() error { return e.Err }
+type Error = pyfunc.Error
 
 // Errorf formats an error (with %w support) that the fence reports as code.
 func Errorf(code Code, format string, args ...any) error {
-	return &Error{Code: code, Err: fmt.Errorf(format, args...)}
+	return &Error{Class: code, Err: fmt.Errorf(format, args...)}
 }
 
 // WithCode gives err the code the fence reports for it; nil stays nil.
@@ -55,7 +40,7 @@ func WithCode(code Code, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &Error{Code: code, Err: err}
+	return &Error{Class: code, Err: err}
 }
 
 // CodeOf is the code the fence reports for err: the outermost *Error's code,
@@ -66,9 +51,8 @@ func CodeOf(err error) Code {
 	if err == nil {
 		return OK
 	}
-	var e *Error
-	if errors.As(err, &e) && e.Code != OK {
-		return e.Code
+	if c := pyfunc.ClassOf(err); c != OK {
+		return c
 	}
 	if errors.Is(err, zerocopy.ErrReleased) || errors.Is(err, zerocopy.ErrClosed) {
 		return ValueError

@@ -88,12 +88,12 @@ func TestLongMessageIsTruncated(t *testing.T) {
 }
 
 func TestCodeNames(t *testing.T) {
-	want := map[Code]string{OK: "OK", BufferError: "BufferError", TypeError: "TypeError",
+	want := map[Code]string{OK: "Unclassified", BufferError: "BufferError", TypeError: "TypeError",
 		ValueError: "ValueError", MemoryError: "MemoryError", RuntimeError: "RuntimeError",
-		IndexError: "IndexError", Code(42): "Code(42)"}
+		IndexError: "IndexError", Code(42): "Unclassified"}
 	for c, n := range want {
 		if c.String() != n {
-			t.Errorf("%d.String() = %q, want %q", int32(c), c.String(), n)
+			t.Errorf("%d.String() = %q, want %q", int(c), c.String(), n)
 		}
 	}
 	if WithCode(TypeError, nil) != nil {

@@ -50,7 +50,7 @@ func TestTableBadHandles(t *testing.T) {
 	for _, h := range []Handle{0, 1 << 32, Handle(^uint64(0)), 99} {
 		_, err := tab.Get(h)
 		var e *Error
-		if !errors.As(err, &e) || e.Code != ValueError {
+		if !errors.As(err, &e) || e.Class != ValueError {
 			t.Errorf("Get(%#x): err %v, want a ValueError", h, err)
 		}
 	}

@@ -307,16 +307,6 @@ func WorkStream(id int32) uintptr {
 	return s.Handle()
 }
 
-// WaitForProducer makes our work stream on d wait for the work queued so
-// far on producer (the C exchange API's current work stream), by event.
-func WaitForProducer(d dlpack.Device, producer uintptr) error {
-	s, err := zerocopy.WorkStream(int(d.ID))
-	if err != nil {
-		return engineErr(err)
-	}
-	return engineErr(zerocopy.WaitStream(s, producer))
-}
-
 // PointerDevice is the CUDA device that owns memory p (for the CUDA Array
 // Interface, which names no device).
 func PointerDevice(p uintptr) (int32, error) {

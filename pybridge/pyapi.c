@@ -39,10 +39,6 @@ static struct {
 	int (*PyGILState_Check)(void);
 	int (*PyGILState_Ensure)(void); // returns PyGILState_STATE, an enum
 	void (*PyGILState_Release)(int);
-	const char *(*PyCapsule_GetName)(PyObject *);
-	void *(*PyCapsule_GetPointer)(PyObject *, const char *);
-	void (*PyErr_Fetch)(PyObject **, PyObject **, PyObject **);
-	void (*PyErr_Restore)(PyObject *, PyObject *, PyObject *);
 	void (*Py_DecRef)(PyObject *);
 } py;
 
@@ -58,29 +54,14 @@ static void py_resolve(void) {
 	*(void **)&py.PyGILState_Check = sym("PyGILState_Check");
 	*(void **)&py.PyGILState_Ensure = sym("PyGILState_Ensure");
 	*(void **)&py.PyGILState_Release = sym("PyGILState_Release");
-	*(void **)&py.PyCapsule_GetName = sym("PyCapsule_GetName");
-	*(void **)&py.PyCapsule_GetPointer = sym("PyCapsule_GetPointer");
-	*(void **)&py.PyErr_Fetch = sym("PyErr_Fetch");
-	*(void **)&py.PyErr_Restore = sym("PyErr_Restore");
 	*(void **)&py.Py_DecRef = sym("Py_DecRef");
 	py.ready = py.Py_IsInitialized && py.PyGILState_Check && py.PyGILState_Ensure &&
-		   py.PyGILState_Release && py.PyCapsule_GetName && py.PyCapsule_GetPointer &&
-		   py.PyErr_Fetch && py.PyErr_Restore && py.Py_DecRef;
+		   py.PyGILState_Release && py.Py_DecRef;
 }
 
 int dlb_py_init(void) {
 	pthread_once(&py_once, py_resolve);
 	return py.ready;
-}
-
-static const char name_legacy[] = "dltensor";
-static const char name_versioned[] = "dltensor_versioned";
-static const char name_used_legacy[] = "used_dltensor";
-static const char name_used_versioned[] = "used_dltensor_versioned";
-
-const char *dlb_capsule_name(int versioned, int used) {
-	if (versioned) return used ? name_used_versioned : name_versioned;
-	return used ? name_used_legacy : name_legacy;
 }
 
 void dlb_call_deleter(void *p, int versioned) {
@@ -92,23 +73,6 @@ void dlb_call_deleter(void *p, int versioned) {
 		dlb_DLManagedTensor *mt = p;
 		if (mt->deleter) mt->deleter(mt);
 	}
-}
-
-void dlb_capsule_destructor(void *capsule) {
-	// Python deallocates capsules with the GIL held; this runs then, also
-	// during interpreter finalization. It must not disturb a pending exception.
-	if (!dlb_py_init() || !capsule) return;
-	PyObject *t, *v, *tb;
-	py.PyErr_Fetch(&t, &v, &tb);
-	const char *name = py.PyCapsule_GetName(capsule);
-	int versioned = -1;
-	if (name && strcmp(name, name_versioned) == 0) versioned = 1;
-	else if (name && strcmp(name, name_legacy) == 0) versioned = 0;
-	if (versioned >= 0) { // unconsumed: we still own it
-		void *mt = py.PyCapsule_GetPointer(capsule, name);
-		dlb_call_deleter(mt, versioned);
-	}
-	py.PyErr_Restore(t, v, tb);
 }
 
 typedef void (*gil_fn)(void *arg, int flag);

@@ -1,7 +1,7 @@
 // C side of package pybridge: the thread-local error of the fence, the
 // CPython functions the bridge needs (looked up in the running process at
 // run time, so the library links against no libpython and works with any
-// CPython 3.9+), the DLPack capsule destructor, and the shim that runs a
+// CPython 3.9+), and the shim that runs a
 // foreign deleter with the GIL held.
 #ifndef DLBRIDGE_PYAPI_H
 #define DLBRIDGE_PYAPI_H
@@ -45,16 +45,6 @@ int32_t dlb_last_error_code(void);
 // returns 1 when they were found (the library is loaded into Python), 0
 // otherwise. Safe to call from any thread, any number of times.
 int dlb_py_init(void);
-
-// dlb_capsule_name is the static, immortal name string for a DLPack capsule:
-// versioned selects "dltensor_versioned" over "dltensor", used the "used_"
-// form consumers rename to.
-const char *dlb_capsule_name(int versioned, int used);
-
-// dlb_capsule_destructor is the PyCapsule destructor of every capsule we
-// make: it runs the DLPack deleter only when the capsule was never consumed
-// (still named "dltensor" or "dltensor_versioned"). Its argument is a PyObject*.
-void dlb_capsule_destructor(void *capsule);
 
 // dlb_gil_shim wraps a managed tensor we received from Python in a copy of
 // its header whose deleter calls the original deleter with the GIL held (and

@@ -118,7 +118,8 @@ def check_sdist(path, problems):
     name = os.path.basename(path)
     t = tarfile.open(path)
     members = {m.name.split("/", 1)[1]: m for m in t.getmembers() if "/" in m.name}
-    need = ["LICENSE", "setup.py", "pyproject.toml", "PKG-INFO", "src/_core.c", "_gosrc/go.mod",
+    need = ["LICENSE", "setup.py", "pyproject.toml", "PKG-INFO", "src/_core.c", "src/_exports.h",
+            "_gosrc/pybridge/capi/dlbridge.h", "_gosrc/go.mod",
             "_gosrc/go.sum", "_gosrc/vendor/modules.txt", "_gosrc/pybridge/cmd/libdlbridge"] + \
         ["dlbridge/" + s for s in STUBS]
     for n in need:

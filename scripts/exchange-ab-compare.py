@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares the exchange logs of an A/B device run (scripts/build-ab.sh,
-`build/ab/run.sh exchange`): for each cell of the fast and the ctypes
-sections, the base rounds, the new rounds and new/base of the means, with
+`build/ab/run.sh exchange`): for each cell (and of the ctypes
+section that older logs hold), the base rounds, the new rounds and new/base of the means, with
 the peers' cells marked so that the machine's drift between rounds shows.
 
     python3 scripts/exchange-ab-compare.py DIR   (DIR holds base1.exchange.log, new1.exchange.log, ...)
@@ -13,7 +13,8 @@ for f in sorted(glob.glob(d+'/*.exchange.log')):
     side='base' if os.path.basename(f).startswith('base') else 'new'; mode=None; sec=False
     for line in open(f):
         if line.startswith('dlbridge 0.1.0'):
-            mode='fast' if 'fast path' in line else 'ctypes'; sec=True; continue
+            # Logs from before the one binding hold a second, ctypes section.
+            mode='ctypes' if 'ctypes' in line else 'fast'; sec=True; continue
         if line.startswith('ours'): sec=False
         m=re.match(r'^(\s*\S.*?)\s{2,}([\d.]+)\s*$',line)
         if m and mode and sec:

@@ -5,7 +5,7 @@
 # `make pytest-aarch64`) and runs, from /tmp against that install,
 # the part of the Python suite that needs no NumPy or PyTorch (those are
 # Debian's 3.11 only): import, the buffer protocol, DLPack capsules, dtypes,
-# the fast path and its ctypes fallback. The fast path must be on in each.
+# the extension's own functions.
 # pytest comes from Debian's pure-Python packages (python3-pytest and, for
 # 3.10, python3-exceptiongroup and python3-tomli), put on PYTHONPATH alone:
 # the image's CPythons have no pytest and CI has no PyPI.
@@ -24,7 +24,7 @@ for n in _pytest pytest pluggy py py.py iniconfig packaging attr exceptiongroup 
 	ln -s "$dist/$n" "$shim/$n"
 done
 
-tests=(test_basic.py test_capsule.py test_dtypes.py test_dlpack_args.py test_fastpath.py test_fallback.py test_foreign.py)
+tests=(test_basic.py test_capsule.py test_dtypes.py test_dlpack_args.py test_extension.py test_foreign.py)
 rc=0
 for py in "$@"; do
 	v=$("$py" -c 'import platform, sys; print("%d.%d.%d-%s" % (sys.version_info[:3] + (platform.machine(),)))')
@@ -39,7 +39,7 @@ for py in "$@"; do
 		PYTHONPATH="$shim-pip" "$venv/bin/python" -m pip install -q --no-index --no-deps "$wheel"
 	fi
 	echo "pytest-pythons: CPython $v"
-	if ! (cd /tmp && env -u DLBRIDGE_LIB -u DLBRIDGE_NO_FASTPATH DLBRIDGE_EXPECT_INSTALLED=1 PYTHONPATH="$shim" \
+	if ! (cd /tmp && env -u DLBRIDGE_LIB DLBRIDGE_EXPECT_INSTALLED=1 PYTHONPATH="$shim" \
 		"$venv/bin/python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
 		"${tests[@]/#/$ROOT/pybridge/python/tests/}"); then
 		echo "pytest-pythons: CPython $v failed"

@@ -90,7 +90,6 @@ def peers(n, reps=8):
         print("%-26s %d MiB: %.1f us  %.1f GB/s" % (label, n * 4 >> 20, best * 1e6, n * 4 / best / 1e9))
 
 if __name__ == "__main__":
-    print("fast path", dlbridge.fast_path)
     for mib in [int(s) for s in sys.argv[1:]] or [64]:
         n = mib << 18
         if not NOTORCH and os.environ.get("PROBE_NOPEERS") != "1":

@@ -28,6 +28,7 @@ import (
 // dlb_func_count is the number of registered functions, or -1 when a
 // registration failed (the error in dlb_last_error, as ImportError).
 //
+//dlb:value
 //export dlb_func_count
 func dlb_func_count() C.int32_t {
 	if err := pyfunc.Err(); err != nil {
@@ -61,26 +62,6 @@ func dlb_func_describe(i C.int32_t, buf *C.char, capacity C.int64_t, n *C.int64_
 		}
 		return nil
 	})
-}
-
-// codeOf classifies an error of a call: pyfunc's classes first, then the
-// engine's (pybridge.CodeOf).
-func codeOf(err error) pybridge.Code {
-	switch pyfunc.ClassOf(err) {
-	case pyfunc.TypeError:
-		return pybridge.TypeError
-	case pyfunc.ValueError:
-		return pybridge.ValueError
-	case pyfunc.BufferError:
-		return pybridge.BufferError
-	case pyfunc.MemoryError:
-		return pybridge.MemoryError
-	case pyfunc.RuntimeError:
-		return pybridge.RuntimeError
-	case pyfunc.IndexError:
-		return pybridge.IndexError
-	}
-	return pybridge.CodeOf(err)
 }
 
 // argKeeper is the releaser of memory Python objects lend to a call
@@ -151,6 +132,7 @@ var awaitingKeep pybridge.Table[*argKeeper]
 // closed, or, when that already happened, once C has given all the
 // token's objects.
 //
+//dlb:nopy
 //export dlb_call_keep
 func dlb_call_keep(token C.uint64_t, obj unsafe.Pointer) C.int32_t {
 	return fence(func() error {
@@ -265,13 +247,14 @@ type callArg struct {
 // streamDev its device when no CUDA tensor says, else -1). Results go to
 // res[0..nres) and, for tensors, infos at the same index.
 //
+//dlb:nopy
 //export dlb_call
 func dlb_call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, streamDev C.int32_t, nres C.int32_t, res *C.dlb_result, infos *C.dlb_info) C.int32_t {
 	var code pybridge.Code
 	code = pybridge.Fence(func() error {
 		err := call(fn, nargs, args, stream, streamDev, nres, res, infos)
 		if err != nil {
-			return pybridge.WithCode(codeOf(err), err)
+			return pybridge.WithCode(pybridge.CodeOf(err), err)
 		}
 		return nil
 	})

@@ -1,6 +1,10 @@
 // Package capi is the C ABI of libdlbridge: the //export functions the
-// Python package dlbridge calls through ctypes (dlb_empty, dlb_export,
-// dlb_import, dlb_from_memory, dlb_fill, ...), declared in capi.h.
+// Python package dlbridge calls through its extension dlbridge._core
+// (dlb_empty, dlb_export, dlb_from_memory, dlb_fill, ...). They are declared
+// once, here in Go: gen_header.go writes dlbridge.h (their prototypes, the
+// table dlb_exports, and the error classes of pyfunc.Class) and the
+// extension's Python function for each (pybridge/python/src/_exports.h);
+// capi.h holds the structs they pass.
 //
 // Every function returns 0 or a pybridge.Code and leaves the message in
 // dlb_last_error() on the calling thread. Tensors cross as uint64 handles
@@ -17,3 +21,5 @@
 // dlb_func_describe and dlb_call describe and run them for dlbridge.ops
 // (see examples/gofunc).
 package capi
+
+//go:generate go run gen_header.go

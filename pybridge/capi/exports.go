@@ -21,6 +21,7 @@ import (
 // Python package refuses a library with another version.
 const ABIVersion = 1
 
+//dlb:value
 //export dlb_abi_version
 func dlb_abi_version() C.int32_t { return ABIVersion }
 
@@ -40,6 +41,16 @@ func parseDType(s *C.char) (dlpack.DataType, error) {
 		return dt, pybridge.WithCode(pybridge.TypeError, err)
 	}
 	return dt, nil
+}
+
+// layout is a tensor's dtype and shape from C.
+func layout(dtype *C.char, shape *C.int64_t, ndim C.int32_t) (dlpack.DataType, []int64, error) {
+	dt, err := parseDType(dtype)
+	if err != nil {
+		return dt, nil, err
+	}
+	sh, err := int64s(shape, ndim)
+	return dt, sh, err
 }
 
 func int64s(p *C.int64_t, n C.int32_t) ([]int64, error) {
@@ -97,6 +108,17 @@ func fillInfo(v *zerocopy.View, stream uintptr, info *C.dlb_info) {
 	}
 }
 
+// publishTo is publish of what an operation returns:
+// return publishTo(out, info)(pybridge.Allocate(...)).
+func publishTo(out *C.uint64_t, info *C.dlb_info) func(*zerocopy.View, error) error {
+	return func(v *zerocopy.View, err error) error {
+		if err != nil {
+			return err
+		}
+		return publish(v, out, info)
+	}
+}
+
 // publish registers v under a new handle and reports it.
 func publish(v *zerocopy.View, out *C.uint64_t, info *C.dlb_info) error {
 	if out == nil {
@@ -112,33 +134,40 @@ func publish(v *zerocopy.View, out *C.uint64_t, info *C.dlb_info) error {
 // borrow is pybridge.Borrow for a C handle.
 func borrow(h C.uint64_t) (*pybridge.Tensor, error) { return pybridge.Borrow(pybridge.Handle(h)) }
 
+// withTensor is fence for an entry point over tensor h: fn gets h's
+// tensor, borrowed for the call.
+func withTensor(h C.uint64_t, fn func(t *pybridge.Tensor) error) C.int32_t {
+	return fence(func() error {
+		t, err := borrow(h)
+		if err != nil {
+			return err
+		}
+		defer t.Return()
+		return fn(t)
+	})
+}
+
 // dlb_work_stream is the CUDA stream Go-side operations on device id use, a
 // non-blocking stream of dlbridge's own (1, the legacy default stream, only
 // when the device cannot be used); importers pass it to
 // __dlpack__(stream=...) so the producer orders its work first.
 //
+//dlb:value
 //export dlb_work_stream
 func dlb_work_stream(id C.int32_t) C.int64_t { return C.int64_t(pybridge.WorkStream(int32(id))) }
 
+//dlb:value
 //export dlb_cuda_device_count
 func dlb_cuda_device_count() C.int32_t { return C.int32_t(pybridge.CUDADeviceCount()) }
 
 //export dlb_empty
 func dlb_empty(dtype *C.char, ndim C.int32_t, shape *C.int64_t, devType, devID C.int32_t, zero C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		dt, err := parseDType(dtype)
+		dt, sh, err := layout(dtype, shape, ndim)
 		if err != nil {
 			return err
 		}
-		sh, err := int64s(shape, ndim)
-		if err != nil {
-			return err
-		}
-		v, err := pybridge.Allocate(device(devType, devID), dt, sh, zero != 0)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.Allocate(device(devType, devID), dt, sh, zero != 0))
 	})
 }
 
@@ -149,22 +178,14 @@ func dlb_arange(n C.int64_t, dtype *C.char, devType, devID C.int32_t, out *C.uin
 		if err != nil {
 			return err
 		}
-		v, err := pybridge.Arange(int64(n), dt, device(devType, devID))
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.Arange(int64(n), dt, device(devType, devID)))
 	})
 }
 
+//dlb:nopy
 //export dlb_info_get
 func dlb_info_get(h C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		fillInfo(t.View, t.View.Stream(), info)
 		return nil
 	})
@@ -175,14 +196,10 @@ func dlb_close(h C.uint64_t) C.int32_t {
 	return fence(func() error { return pybridge.CloseTensor(pybridge.Handle(h)) })
 }
 
+//dlb:nopy
 //export dlb_export
 func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, hasDevice, devType, devID, copyMode C.int32_t, out *unsafe.Pointer) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		p, err := pybridge.Export(t, pybridge.ExportRequest{
 			Versioned: versioned != 0, HasStream: hasStream != 0, Stream: int64(stream),
 			HasDevice: hasDevice != 0, Device: device(devType, devID), Copy: pybridge.CopyMode(copyMode),
@@ -195,14 +212,11 @@ func dlb_export(h C.uint64_t, versioned, hasStream C.int32_t, stream C.int64_t, 
 	})
 }
 
+//dlb:nopy
 //export dlb_import
 func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		v, err := pybridge.Import(mt, versioned != 0, gil != 0)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.Import(mt, versioned != 0, gil != 0))
 	})
 }
 
@@ -214,6 +228,7 @@ func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, in
 // tensor's pending write is on that stream, ordered before each reader when
 // it needs it, so nothing waits at import.
 //
+//dlb:nopy
 //export dlb_import_on
 func dlb_import_on(mt unsafe.Pointer, versioned, gil C.int32_t, stream C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
@@ -221,11 +236,7 @@ func dlb_import_on(mt unsafe.Pointer, versioned, gil C.int32_t, stream C.int64_t
 		if s == 0 {
 			s = uintptr(pybridge.StreamLegacy)
 		}
-		v, err := pybridge.ImportOn(mt, versioned != 0, gil != 0, s)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.ImportOn(mt, versioned != 0, gil != 0, s))
 	})
 }
 
@@ -358,12 +369,7 @@ func valueIn(s *C.dlb_scalar) (zerocopy.Value, error) {
 
 //export dlb_fill
 func dlb_fill(h C.uint64_t, value *C.dlb_scalar) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		x, err := valueIn(value)
 		if err != nil {
 			return err
@@ -374,12 +380,7 @@ func dlb_fill(h C.uint64_t, value *C.dlb_scalar) C.int32_t {
 
 //export dlb_sum
 func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		x, err := pybridge.Sum(t)
 		if err != nil {
 			return err
@@ -389,9 +390,6 @@ func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
 		return nil
 	})
 }
-
-//export dlb_copy
-func dlb_copy(dst, src C.uint64_t) C.int32_t { return dlb_copy_on(dst, src, 0, 0) }
 
 // copyOptions reads the stream arguments of copy_ and to: stream 0 is the
 // work stream of the device involved.
@@ -412,6 +410,7 @@ func copyOptions(stream C.int64_t, nonBlocking C.int32_t) (pybridge.CopyOptions,
 // tensor from to()), and a device-to-device copy_ then costs what
 // PyTorch's does (no synchronization).
 //
+//dlb:nopy
 //export dlb_copy_on
 func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C.int32_t {
 	return fence(func() error {
@@ -447,6 +446,7 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 // mode 2 does. The host memory is done with on return either way. The
 // caller holds the buffer, and so the memory, until this returns.
 //
+//dlb:nopy
 //export dlb_copy_from_host
 func dlb_copy_from_host(dst C.uint64_t, ptr C.uint64_t, code, bits C.uint8_t, lanes C.uint16_t, ndim C.int32_t,
 	shape, strides *C.int64_t, stream C.int64_t, mode C.int32_t) C.int32_t {
@@ -488,14 +488,10 @@ func alone(t *pybridge.Tensor) bool {
 	return v.Device().Type == dlpack.CUDA && v.AllocatedCUDA() && v.Owner().Refs() == 2 // the handle's and the borrow's
 }
 
-//export dlb_to
-func dlb_to(h C.uint64_t, devType, devID C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return dlb_to_on(h, devType, devID, 0, 0, out, info)
-}
-
 // dlb_to_on is to(device, non_blocking=, stream=): a new tensor on the
 // device (stream 0: the work stream).
 //
+//dlb:nopy
 //export dlb_to_on
 func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBlocking C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
@@ -508,11 +504,7 @@ func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBloc
 			return err
 		}
 		defer t.Return()
-		v, err := pybridge.CopyToDevice(t.View, device(devType, devID), opts)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.CopyToDevice(t.View, device(devType, devID), opts))
 	})
 }
 
@@ -523,14 +515,10 @@ func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBloc
 // managed_tensor_from_py_object_no_sync, whose consumer orders itself after
 // dlb_work_stream only: they call this with the work stream first.
 //
+//dlb:nopy
 //export dlb_order_before
 func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		return pybridge.OrderBefore(t, uintptr(stream))
 	})
 }
@@ -539,17 +527,8 @@ func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
 //
 //export dlb_pin_memory
 func dlb_pin_memory(h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
-		v, err := pybridge.PinMemory(t)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+	return withTensor(h, func(t *pybridge.Tensor) error {
+		return publishTo(out, info)(pybridge.PinMemory(t))
 	})
 }
 
@@ -557,12 +536,7 @@ func dlb_pin_memory(h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 //
 //export dlb_is_pinned
 func dlb_is_pinned(h C.uint64_t, out *C.int32_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		*out = 0
 		if pybridge.IsPinned(t) {
 			*out = 1
@@ -575,6 +549,7 @@ func dlb_is_pinned(h C.uint64_t, out *C.int32_t) C.int32_t {
 // and the stream-ordered pool of CUDA device dev (reserved, used; -1 when
 // unknown) into out[0..4].
 //
+//dlb:array out 5
 //export dlb_pool_stats
 func dlb_pool_stats(dev C.int32_t, out *C.int64_t) C.int32_t {
 	return fence(func() error {
@@ -591,8 +566,8 @@ func dlb_pool_stats(dev C.int32_t, out *C.int64_t) C.int32_t {
 // dlb_set_pinned_pool_limit sets the bytes the pinned pool may hold.
 //
 //export dlb_set_pinned_pool_limit
-func dlb_set_pinned_pool_limit(n C.int64_t) C.int32_t {
-	return fence(func() error { return pybridge.SetPinnedPoolLimit(int64(n)) })
+func dlb_set_pinned_pool_limit(nbytes C.int64_t) C.int32_t {
+	return fence(func() error { return pybridge.SetPinnedPoolLimit(int64(nbytes)) })
 }
 
 // dlb_index applies a basic index (ints, normalized slices, newaxis) to h
@@ -600,12 +575,7 @@ func dlb_set_pinned_pool_limit(n C.int64_t) C.int32_t {
 //
 //export dlb_index
 func dlb_index(h C.uint64_t, n C.int32_t, items *C.dlb_index_item, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		if n < 0 || n > 2*dlpack.MaxNDim || (n > 0 && items == nil) {
 			return pybridge.Errorf(pybridge.IndexError, "dlbridge: %d index items", int(n))
 		}
@@ -615,11 +585,7 @@ func dlb_index(h C.uint64_t, n C.int32_t, items *C.dlb_index_item, out *C.uint64
 			// range-checked above), read only during this call.
 			list = unsafe.Slice(items, int(n))
 		}
-		v, err := applyIndex(t.View, list)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(applyIndex(t.View, list))
 	})
 }
 
@@ -669,12 +635,7 @@ func applyIndex(v *zerocopy.View, items []C.dlb_index_item) (*zerocopy.View, err
 
 //export dlb_permute
 func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		if n < 0 || n > dlpack.MaxNDim || (n > 0 && order == nil) {
 			return pybridge.Errorf(pybridge.ValueError, "dlbridge: permute order of %d dims", int(n))
 		}
@@ -690,11 +651,7 @@ func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, i
 		if err != nil {
 			return pybridge.WithCode(pybridge.ValueError, err)
 		}
-		v, err := p.Retain() // the new handle outlives t's
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(p.Retain()) // the new handle outlives t's
 	})
 }
 
@@ -703,7 +660,7 @@ func dlb_stats(liveTensors, liveExports, deleterCalls *C.int64_t) C.int32_t {
 	if liveTensors != nil {
 		*liveTensors = C.int64_t(pybridge.LiveTensors())
 	}
-	made, live := fastStats() // exports of the CPython fast path, which Go does not see
+	made, live := fastStats() // the extension's own DLPack exports, which Go does not see
 	if liveExports != nil {
 		*liveExports = C.int64_t(int64(pybridge.LiveExports()) + live)
 	}
@@ -718,12 +675,7 @@ func dlb_stats(liveTensors, liveExports, deleterCalls *C.int64_t) C.int32_t {
 //
 //export dlb_debug_spin_write
 func dlb_debug_spin_write(h C.uint64_t, value C.uint32_t, spinNS C.int64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		return pybridge.DebugSpinWrite(t, uint32(value), time.Duration(spinNS))
 	})
 }

@@ -30,38 +30,22 @@ func dlb_ipc_pool_new(dev C.int32_t, limit C.int64_t, out *C.uint64_t) C.int32_t
 //export dlb_ipc_pool_empty
 func dlb_ipc_pool_empty(pool C.uint64_t, dtype *C.char, ndim C.int32_t, shape *C.int64_t, zero C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		dt, err := parseDType(dtype)
+		dt, sh, err := layout(dtype, shape, ndim)
 		if err != nil {
 			return err
 		}
-		sh, err := int64s(shape, ndim)
-		if err != nil {
-			return err
-		}
-		v, err := pybridge.IPCPoolEmpty(pybridge.Handle(pool), dt, sh, zero != 0)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.IPCPoolEmpty(pybridge.Handle(pool), dt, sh, zero != 0))
 	})
 }
 
 //export dlb_ipc_pool_copy_in
 func dlb_ipc_pool_copy_in(pool, h C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
-		v, err := pybridge.IPCPoolCopyIn(pybridge.Handle(pool), t)
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+	return withTensor(h, func(t *pybridge.Tensor) error {
+		return publishTo(out, info)(pybridge.IPCPoolCopyIn(pybridge.Handle(pool), t))
 	})
 }
 
+//dlb:array out 3
 //export dlb_ipc_pool_usage
 func dlb_ipc_pool_usage(pool C.uint64_t, out *C.int64_t) C.int32_t {
 	return fence(func() error {
@@ -79,11 +63,13 @@ func dlb_ipc_pool_trim(pool C.uint64_t) C.int32_t {
 	return fence(func() error { return pybridge.IPCPoolTrim(pybridge.Handle(pool)) })
 }
 
+//dlb:array out 2
 //export dlb_ipc_pool_cached
 func dlb_ipc_pool_cached(pool C.uint64_t, out *C.int64_t) C.int32_t {
 	return pairOut(out, func() (int, int64, error) { return pybridge.IPCPoolCached(pybridge.Handle(pool)) })
 }
 
+//dlb:array out 2
 //export dlb_ipc_mapped
 func dlb_ipc_mapped(conn C.uint64_t, out *C.int64_t) C.int32_t {
 	return pairOut(out, func() (int, int64, error) {
@@ -139,12 +125,7 @@ func dlb_ipc_serve(path *C.char, out *C.uint64_t) C.int32_t {
 
 //export dlb_ipc_offer
 func dlb_ipc_offer(srv, pool, h C.uint64_t, ttlMS C.int64_t, uses C.int32_t, out *C.uint64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		tok, err := pybridge.IPCOffer(pybridge.Handle(srv), pybridge.Handle(pool), t, time.Duration(ttlMS)*time.Millisecond, int(uses))
 		if err == nil {
 			*out = C.uint64_t(tok)
@@ -156,22 +137,13 @@ func dlb_ipc_offer(srv, pool, h C.uint64_t, ttlMS C.int64_t, uses C.int32_t, out
 //export dlb_ipc_claim
 func dlb_ipc_claim(conn, token C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		v, err := pybridge.IPCClaim(pybridge.Handle(conn), uint64(token))
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.IPCClaim(pybridge.Handle(conn), uint64(token)))
 	})
 }
 
 //export dlb_ipc_send
 func dlb_ipc_send(conn, pool, h C.uint64_t, stream C.int64_t) C.int32_t {
-	return fence(func() error {
-		t, err := borrow(h)
-		if err != nil {
-			return err
-		}
-		defer t.Return()
+	return withTensor(h, func(t *pybridge.Tensor) error {
 		return pybridge.IPCSend(pybridge.Handle(conn), pybridge.Handle(pool), t, uintptr(stream))
 	})
 }
@@ -179,11 +151,7 @@ func dlb_ipc_send(conn, pool, h C.uint64_t, stream C.int64_t) C.int32_t {
 //export dlb_ipc_recv
 func dlb_ipc_recv(conn C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		v, err := pybridge.IPCRecv(pybridge.Handle(conn))
-		if err != nil {
-			return err
-		}
-		return publish(v, out, info)
+		return publishTo(out, info)(pybridge.IPCRecv(pybridge.Handle(conn)))
 	})
 }
 

@@ -38,11 +38,7 @@ func dlb_from_pointer(ptr C.uint64_t, dtype *C.char, ndim C.int32_t, shape, stri
 				pybridge.PyDecRef(owned)
 			}
 		}()
-		dt, err := parseDType(dtype)
-		if err != nil {
-			return err
-		}
-		sh, err := int64s(shape, ndim)
+		dt, sh, err := layout(dtype, shape, ndim)
 		if err != nil {
 			return err
 		}

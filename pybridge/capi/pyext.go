@@ -3,7 +3,7 @@ package capi
 /*
 #cgo CFLAGS: -I${SRCDIR}/..
 #include <stdint.h>
-#include "pyabi.h"
+#include "pyapi.h"
 
 void dlb_fast_stats(int64_t *made, int64_t *live);
 void dlb_guard_init(uintptr_t versioned, uintptr_t legacy);
@@ -20,26 +20,13 @@ import (
 )
 
 // The Go entry points of the CPython extension dlbridge._core, which calls
-// them through the table of pyext.c (dlb_pyext_table), beside the other
+// them through its table of exports (dlbridge.h), beside the other
 // exports of this package.
-
-// dlb_wait_stream makes our work stream on CUDA device id wait for the
-// work queued so far on a producer's stream (0 and 1: the legacy default).
-//
-//export dlb_wait_stream
-func dlb_wait_stream(id C.int32_t, producer C.int64_t) C.int32_t {
-	return fence(func() error {
-		p := uintptr(producer)
-		if p == 0 {
-			p = uintptr(pybridge.StreamLegacy)
-		}
-		return pybridge.WaitForProducer(dlpack.CUDADevice(int(id)), p)
-	})
-}
 
 // dlb_alloc_export allocates a C-contiguous tensor and exports it as a
 // DLManagedTensorVersioned (the exchange API's managed_tensor_allocator).
 //
+//dlb:nopy
 //export dlb_alloc_export
 func dlb_alloc_export(ndim C.int32_t, shape *C.int64_t, code, bits C.uint8_t, lanes C.uint16_t, devType, devID C.int32_t, out *unsafe.Pointer) C.int32_t {
 	return fence(func() error {
@@ -65,7 +52,7 @@ func dlb_alloc_export(ndim C.int32_t, shape *C.int64_t, code, bits C.uint8_t, la
 	})
 }
 
-// fastStats is the fast path's exports made and still alive.
+// fastStats is the extension's own DLPack exports: made, and still alive.
 func fastStats() (made, live int64) {
 	var m, l C.int64_t
 	C.dlb_fast_stats(&m, &l)

@@ -5,26 +5,34 @@ import (
 	"fmt"
 )
 
-// Class is the Python exception class an error is raised as.
+// Class is the Python exception class an error is raised as. This is
+// dlbridge's one table of error classes: pybridge.Code is this type, the
+// library's C entry points return these numbers, and pybridge/capi's
+// generated header (dlbridge.h) carries the table to C and Python.
+// Numbers are ABI: append, never renumber.
 type Class uint8
 
-// The classes. Unclassified errors are raised as RuntimeError, except the
-// engine's own (a closed view: ValueError; out of device memory:
-// MemoryError), which the bridge classifies.
+// The classes. Unclassified (0, also "no error" at the C boundary) is
+// raised as RuntimeError, except the engine's own errors (a closed view:
+// ValueError; out of device memory: MemoryError), which the bridge
+// classifies.
 const (
 	Unclassified Class = iota
+	BufferError
 	TypeError
 	ValueError
-	BufferError
 	MemoryError
 	RuntimeError
 	IndexError
+	numClasses
 )
 
-var classNames = [...]string{"", "TypeError", "ValueError", "BufferError", "MemoryError", "RuntimeError", "IndexError"}
+var classNames = [numClasses]string{"", "BufferError", "TypeError", "ValueError", "MemoryError", "RuntimeError", "IndexError"}
 
+// String is the name of the Python exception class ("Unclassified" for
+// Unclassified and numbers past the table).
 func (c Class) String() string {
-	if int(c) < len(classNames) && c != Unclassified {
+	if c < numClasses && c != Unclassified {
 		return classNames[c]
 	}
 	return "Unclassified"

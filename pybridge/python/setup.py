@@ -131,6 +131,13 @@ class BuildExt(build_ext):
             raise BuildError(
                 "dlbridge: building the extension dlbridge._core needs Python's C headers "
                 "(%s/Python.h is missing): install them (apt-get install python3-dev)" % include)
+        # dlopen, dlsym and dlerror bind at the floor's versions too (this
+        # glibc's libc has them at 2.34, which would make the wheel need
+        # 2.34). The stubs' folder goes first: the linker takes the first
+        # folder with a libc.so or libdl.a, and Python's LIBDIR has both.
+        floor = self.glibc_floor()
+        ext.library_dirs = [f[2:] for f in floor if f.startswith("-L")] + list(ext.library_dirs)
+        ext.extra_link_args = [f for f in floor if not f.startswith("-L")] + list(ext.extra_link_args)
         super().build_extension(ext)
 
     def build_go(self, ext):
@@ -287,8 +294,9 @@ def extensions():
         "dlbridge._core",
         sources=["src/_core.c"],
         include_dirs=[os.path.join(root, "pybridge", "capi"), os.path.join(root, "pybridge")],
-        depends=[os.path.join(root, "pybridge", "capi", h) for h in ("pyabi.h", "capi.h")]
-        + [os.path.join(root, "pybridge", "pyapi.h")],
+        depends=[os.path.join(root, "pybridge", "capi", h) for h in ("dlbridge.h", "capi.h")]
+        + [os.path.join(root, "pybridge", "pyapi.h"), "src/_exports.h"],
+        libraries=["dl"],  # dlopen, in libc itself only from glibc 2.34
         # A function missing from the limited API must fail the build, not
         # the import; -ffile-prefix-map and -s (stripped) keep build paths out.
         extra_compile_args=["-std=c11", "-Werror=implicit-function-declaration",

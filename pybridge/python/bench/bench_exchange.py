@@ -7,8 +7,6 @@ call, with the result dropped at once (so the deleter runs inside it too).
 """
 
 import gc
-import os
-import subprocess
 import sys
 import timeit
 
@@ -105,11 +103,10 @@ def main():
                 run("cupy.asarray(torch, CAI)", lambda: cupy.asarray(x))
                 run("torch.as_tensor(cupy, CAI)", lambda: torch.as_tensor(y, device="cuda"))
 
-    mode = "CPython fast path" if dlbridge.fast_path else "pure ctypes (DLBRIDGE_NO_FASTPATH=1)"
     times = measure(cases)
     rows = list(zip([n for n, _ in cases], times))
     t = dict(rows)
-    print("dlbridge %s (%s), Python %s, library %s" % (dlbridge.__version__, mode, sys.version.split()[0], dlbridge.library_path))
+    print("dlbridge %s, Python %s, library %s" % (dlbridge.__version__, sys.version.split()[0], dlbridge.library_path))
     for mod in (np, torch, cupy):
         if mod is not None:
             print("  %s %s" % (mod.__name__, mod.__version__))
@@ -144,9 +141,3 @@ def main():
 
 if __name__ == "__main__":
     main()
-    if dlbridge.fast_path and "--no-ctypes" not in sys.argv:
-        # The same table through the pure-ctypes path, for comparison.
-        print()
-        sys.stdout.flush()
-        env = dict(os.environ, DLBRIDGE_NO_FASTPATH="1")
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--no-ctypes"], env=env, check=False)

@@ -281,7 +281,7 @@ def host():
         scale(out, x, 2.0)
         assert (out == x * 2).all()
         best = best_per_call(cells, 20000)
-        report("host: 16-element float32 NumPy arrays (dlbridge fast path: %s)" % dlbridge.fast_path, best,
+        report("host: 16-element float32 NumPy arrays", best,
                "numpy.multiply(x, 2.0, out=out)")
 
 
@@ -336,7 +336,7 @@ def gpu():
         torch.cuda.synchronize()
         best = best_per_call(cells, 5000)
         torch.cuda.synchronize()
-    report("gpu: torch CUDA tensors on a side stream (dlbridge fast path: %s)" % dlbridge.fast_path, best,
+    report("gpu: torch CUDA tensors on a side stream", best,
            "torch x.add_(0)")
     if "cupy RawKernel axpy launch" in best:
         print("  axpy / cupy RawKernel launch: %.2fx" % (best["dlbridge.ops.gofunc.axpy(y, x, 2.0)"] / best["cupy RawKernel axpy launch"]))

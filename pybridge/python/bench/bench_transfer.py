@@ -279,9 +279,9 @@ def main():
     if sizes[-1] < args.max_mib << 20:
         sizes.append(args.max_mib << 20)
     name = torch.cuda.get_device_name(0) if torch is not None else "cuda:0"
-    print("bench_transfer: %s x%d; python %s, numpy %s, torch %s, cupy %s; dlbridge fast path %s"
+    print("bench_transfer: %s x%d; python %s, numpy %s, torch %s, cupy %s"
           % (name, ndev, platform.python_version(), np.__version__,
-             torch.__version__ if torch else "-", cupy.__version__ if cupy else "-", dlbridge.fast_path))
+             torch.__version__ if torch else "-", cupy.__version__ if cupy else "-"))
     print("GB/s, best of %d (1 GB = 1e9 bytes); ratio = dlbridge / best peer%s"
           % (args.reps, "; %.3f s idle before each batch" % args.pause if args.pause > 0 else ""))
     results = {}  # (direction, size) -> {lib: (gbps, ok)}

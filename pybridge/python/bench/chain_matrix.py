@@ -10,8 +10,7 @@ stream of its own and reads it there (nothing synchronizes the device in
 between). Each cell compares the bytes read with the bytes written.
 
   producers   torch, cupy, numba, jax, cuda.core, dlbridge (a Go-side write)
-  import path dlpack      dlbridge.from_dlpack through __dlpack__ (C fast path)
-              ctypes      the same in a child process with DLBRIDGE_NO_FASTPATH=1
+  import path dlpack      dlbridge.from_dlpack through __dlpack__
               c-exchange  DLPack 1.3's C exchange API (__dlpack_c_exchange_api__: torch, dlbridge)
               cai         __cuda_array_interface__ v3
   hops        1: producer -> dlbridge -> consumer
@@ -33,12 +32,9 @@ any counted cell is WRONG.
 import argparse
 import contextlib
 import gc
-import json
 import os
 import struct
-import subprocess
 import sys
-import tempfile
 import traceback
 import warnings
 
@@ -261,8 +257,6 @@ def import_dlpack(obj):
 
 
 def import_exchange(obj):
-    if not dlbridge.fast_path:
-        raise Unsupported("the C exchange API needs the fast path")
     if getattr(type(obj), "__dlpack_c_exchange_api__", None) is None:
         raise Unsupported("no __dlpack_c_exchange_api__")
     return dlbridge.from_dlpack(obj)
@@ -493,7 +487,6 @@ def table(title, cells, judge):
 
 def matrix(paths, hops_list, tries, control):
     bad = 0
-    label = "ctypes path (DLBRIDGE_NO_FASTPATH=1)" if not dlbridge.fast_path else "C fast path"
     for path in paths:
         proto = "cai" if path == "cai" else "dlpack"
         for hops in hops_list:
@@ -501,9 +494,8 @@ def matrix(paths, hops_list, tries, control):
             for p in PRODUCERS:
                 for c in CONSUMERS:
                     cells[(p, c)] = run_cell(p, path, hops, c, tries)
-            name = "ctypes" if (path == "dlpack" and not dlbridge.fast_path) else path
             chain = "producer -> dlbridge%s -> consumer" % (" -> dlbridge" * (hops - 1))
-            bad += table("import path %s, %d hop%s (%s), %s" % (name, hops, "s" if hops > 1 else "", chain, label),
+            bad += table("import path %s, %d hop%s (%s)" % (path, hops, "s" if hops > 1 else "", chain),
                          cells, lambda p, c: control.excused(p, proto, c))
             gc.collect()
     return bad
@@ -521,21 +513,14 @@ dlbridge, or this very pair fails directly; not counted); ERR (an exception, lis
 def main():
     ap = argparse.ArgumentParser(description="the chain matrix: producer -> dlbridge -> consumer on other streams")
     ap.add_argument("--tries", type=int, default=1)
-    ap.add_argument("--child", metavar="CONTROL_JSON", help="(internal) the ctypes-path run, with the direct table")
     args = ap.parse_args()
     if not dlbridge.cuda_available():
         print("chain_matrix: no CUDA device")
         return 0
-    if args.child:
-        with open(args.child) as f:
-            direct = {tuple(k.split("|")): v for k, v in json.load(f).items()}
-        bad = matrix(["dlpack"], [1, 2], args.tries, Control(direct))
-        print("\nctypes path: %d counted WRONG cells" % bad)
-        return 1 if bad else 0
     name = torch.cuda.get_device_name(0) if torch is not None else "cuda:0"
-    print("chain_matrix: %s; N=%d float32, producer spin ~%d ms; torch %s, cupy %s, numba %s, jax %s, cuda.core %s; fast path %s"
+    print("chain_matrix: %s; N=%d float32, producer spin ~%d ms; torch %s, cupy %s, numba %s, jax %s, cuda.core %s"
           % (name, N, SPIN_MS, torch.__version__ if torch else "-", cupy.__version__ if cupy else "-",
-             "yes" if ncuda else "-", jax.__version__ if jax else "-", "yes" if ccore else "-", dlbridge.fast_path))
+             "yes" if ncuda else "-", jax.__version__ if jax else "-", "yes" if ccore else "-"))
     print(LEGEND)
     direct = {}
     for p in PRODUCERS:
@@ -546,18 +531,6 @@ def main():
     bad = table("direct (control, no dlbridge): producer -> consumer", direct,
                 lambda p, c: p != "dlbridge" or not control.consumer_honest(c))
     bad += matrix(["dlpack", "c-exchange", "cai"], [1, 2], args.tries, control)
-    sys.stdout.flush()
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"|".join(k): v for k, v in direct.items()}, f)
-    env = dict(os.environ, DLBRIDGE_NO_FASTPATH="1")
-    child = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", f.name, "--tries", str(args.tries)],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    os.unlink(f.name)
-    print(child.stdout.rstrip())
-    if child.returncode != 0:
-        if child.returncode != 1:
-            print("ctypes-path child failed with status %d" % child.returncode)
-        bad += 1
     print("\nchain_matrix: %s" % ("every counted cell OK" if not bad else "WRONG cells found (exit status 1)"))
     return 1 if bad else 0
 

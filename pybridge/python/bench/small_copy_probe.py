@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import dlbridge
-from dlbridge import _tensor
+from dlbridge import _lib
 
 try:
     import torch
@@ -42,7 +42,7 @@ def main():
     g_dd = dlbridge.empty(n, dtype="float32", device="cuda")
     sync = lambda: dlbridge.synchronize(0)  # noqa: E731
     cu = ctypes.CDLL(os.environ.get("DLBRIDGE_LIBCUDA") or "libcuda.so.1")
-    work = ctypes.c_void_p(_tensor._work_stream(0))
+    work = ctypes.c_void_p(_lib._core.dlb_work_stream(0))
     dst, src, nb = ctypes.c_uint64(g_dd.data_ptr()), ctypes.c_uint64(g.data_ptr()), ctypes.c_size_t(4 * n)
     hbuf = out.ctypes.data_as(ctypes.c_void_p)
     at = dlbridge.asarray(a)

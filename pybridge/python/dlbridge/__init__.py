@@ -46,14 +46,6 @@ from . import _dtypes, _lib
 
 __version__ = "0.1.0"
 
-#: Whether the CPython extension dlbridge._core is in use (else pure ctypes).
-fast_path = _lib.core is not None
-#: Which path is in use and why: "extension: dlbridge._core (FILE)", or
-#: "ctypes: " and the reason (DLBRIDGE_NO_FASTPATH, not built, or why the
-#: extension failed to load; that last case also warns at import).
-fast_path_reason = _lib.core_status
-
-
 def __getattr__(name):
     if name == "library_path":
         # The path of the loaded libdlbridge.so (loading it if needed).
@@ -66,8 +58,15 @@ def library():
     pyfunc are called as dlbridge.ops.<ns>.<name> (see load_library); a
     function the library exports itself with cgo //export is called through
     this CDLL: pass Tensor.handle, turn returned handles into tensors with
-    from_handle, and return codes into exceptions with check."""
-    return _lib.lib
+    from_handle, and return codes into exceptions with check. (dlbridge
+    itself calls the library through its extension, never ctypes.)"""
+    global _cdll
+    if _cdll is None:
+        _cdll = _ctypes.CDLL(_lib.path)  # the library already loaded: the same Go runtime
+    return _cdll
+
+
+_cdll = None
 
 
 def from_handle(handle):
@@ -83,7 +82,7 @@ def check(rc):
     """Raise the exception for a non-zero return code of a Go function the
     library exports itself (pybridge.Fence), with Go's message; do nothing
     for 0. Functions of dlbridge.ops raise their exceptions themselves."""
-    _lib.check(rc)
+    _lib._core.check(rc)
 
 
 def _reduce(t):
@@ -132,8 +131,6 @@ __all__ = [
     "cuda_device_count",
     "debug_stats",
     "empty",
-    "fast_path",
-    "fast_path_reason",
     "from_dlpack",
     "from_pointer",
     "set_pinned_pool_limit",

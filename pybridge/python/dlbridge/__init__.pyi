@@ -19,8 +19,6 @@ from ._tensor import (
 )
 
 __version__: str
-fast_path: bool
-fast_path_reason: str
 #: The path of the loaded libdlbridge.so (reading it loads the library).
 library_path: str
 

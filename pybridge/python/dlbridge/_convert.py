@@ -1,15 +1,16 @@
-"""Integers that cross from Python into ctypes or C, checked on the way in.
+"""Integers that cross from Python into C, checked on the way in.
 
-ctypes and C casts reduce an out-of-range int modulo 2**N, and int() takes
-floats and strings: a shape of 2**64 + 2 would become 2, 2.7 would become 2
-and "4" would become 4. Every integer argument of the package goes through
-here instead. It is taken with operator.index semantics, as the Array API
-takes integers: bool (Python's, NumPy's, a 0-d bool tensor), float, str and
-NumPy floats are refused with TypeError; NumPy integer scalars are accepted.
-Then it is range-checked for the C type it will be stored in (ValueError, or
-the class the caller asks for). Messages name the field, the value and the
-limit; the CPython extension (pybridge/capi/pyext.c) writes the same ones for
-the arguments it parses itself (__dlpack__'s stream, dl_device, max_version):
+C casts reduce an out-of-range int modulo 2**N, and int() takes floats and
+strings: a shape of 2**64 + 2 would become 2, 2.7 would become 2 and "4"
+would become 4. Every integer argument of the package goes through here or
+through the extension's int_arg (_core.c), which writes the same messages
+(__dlpack__'s stream, dl_device, max_version, and every integer parameter
+of a _core.dlb_x function). It is taken with operator.index semantics, as
+the Array API takes integers: bool (Python's, NumPy's, a 0-d bool tensor),
+float, str and NumPy floats are refused with TypeError; NumPy integer
+scalars are accepted. Then it is range-checked for the C type it will be
+stored in (ValueError, or the class the caller asks for). Messages name the
+field, the value and the limit:
 
     dlbridge: shape[1]=18446744073709551618 out of range for int64 (0..9223372036854775807)
     dlbridge: shape[0]=2.7 (float) is not an integer

@@ -1,7 +1,5 @@
 """Data type names <-> DLPack (code, bits, lanes), and their typestr."""
 
-import ctypes
-
 from . import _lib
 
 # name: (code, bits, lanes). Codes are DLDataTypeCode.
@@ -56,9 +54,7 @@ def parse(dtype):
     key = _KNOWN.get(name)
     if key is not None:
         return key
-    c, b, l = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
-    _lib.check(_lib.parse_dtype(name.encode(), ctypes.byref(c), ctypes.byref(b), ctypes.byref(l)))
-    return (c.value, b.value, l.value)
+    return _lib._core.dlb_parse_dtype(name.encode())
 
 
 def name(code, bits, lanes):
@@ -67,9 +63,7 @@ def name(code, bits, lanes):
     n = _BY_KEY.get(key)
     if n is not None:
         return n
-    buf = ctypes.create_string_buffer(64)
-    _lib.check(_lib.dtype_name(code, bits, lanes, buf, len(buf)))
-    n = buf.value.decode()
+    n = _lib._core.dlb_dtype_name(code, bits, lanes)
     _BY_KEY[key] = n
     return n
 
@@ -79,9 +73,7 @@ def typestr(code, bits, lanes, padded=False):
     key = (code, bits, lanes, padded)
     ts = _typestrs.get(key)
     if ts is None:
-        buf = ctypes.create_string_buffer(64)
-        _lib.check(_lib.typestr(code, bits, lanes, int(padded), buf, len(buf)))
-        ts = _typestrs[key] = buf.value.decode()
+        ts = _typestrs[key] = _lib._core.dlb_typestr(code, bits, lanes, int(padded))
     return ts
 
 

@@ -1,4 +1,9 @@
-"""Loading libdlbridge.so and declaring its C ABI for ctypes.
+"""Loading libdlbridge.so into the extension dlbridge._core.
+
+The extension is the only way Python reaches the library: _core.dlb_x is
+the library's export dlb_x (declared once, in Go; pybridge/capi's generated
+dlbridge.h and _exports.h); _core's own functions (from_dlpack, copy, the
+ops call) do in one C call what would otherwise take several.
 
 Nothing is loaded when dlbridge is imported: the library, and the Go runtime
 in it, start at the first call that needs them (load(), reached through this
@@ -17,8 +22,11 @@ library itself and works normally.
 """
 
 import _thread
-import ctypes
 import os
+
+from ._loaderr import load_extension
+
+_core = load_extension()
 
 ABI_VERSION = 1
 MAX_NDIM = 64
@@ -35,61 +43,6 @@ DEVICE_CODES = {v: k for k, v in DEVICE_NAMES.items()}
 # Flags of dlb_info.flags.
 INFO_READONLY, INFO_COPIED, INFO_PADDED = 1, 2, 4
 INFO_C_CONTIGUOUS, INFO_F_CONTIGUOUS, INFO_FOREIGN = 8, 16, 32
-
-# pybridge.Code -> Python exception.
-_EXCEPTIONS = {
-    1: BufferError,
-    2: TypeError,
-    3: ValueError,
-    4: MemoryError,
-    5: RuntimeError,
-    6: IndexError,
-}
-
-
-class Info(ctypes.Structure):
-    """dlb_info: everything Python caches about a tensor handle."""
-
-    _fields_ = [
-        ("ptr", ctypes.c_uint64),
-        ("device_type", ctypes.c_int32),
-        ("device_id", ctypes.c_int32),
-        ("code", ctypes.c_uint8),
-        ("bits", ctypes.c_uint8),
-        ("lanes", ctypes.c_uint16),
-        ("ndim", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-        ("itemsize", ctypes.c_int32),
-        ("stream", ctypes.c_uint64),
-        ("shape", ctypes.c_int64 * MAX_NDIM),
-        ("strides", ctypes.c_int64 * MAX_NDIM),
-    ]
-
-
-class Scalar(ctypes.Structure):
-    """dlb_scalar: one number, exact for 64-bit integers."""
-
-    _fields_ = [
-        ("kind", ctypes.c_int32),
-        ("_pad", ctypes.c_int32),
-        ("i", ctypes.c_int64),
-        ("u", ctypes.c_uint64),
-        ("re", ctypes.c_double),
-        ("im", ctypes.c_double),
-    ]
-
-
-class IndexItem(ctypes.Structure):
-    """dlb_index_item: one item of a basic index."""
-
-    _fields_ = [
-        ("kind", ctypes.c_int32),
-        ("_pad", ctypes.c_int32),
-        ("start", ctypes.c_int64),
-        ("stop", ctypes.c_int64),
-        ("step", ctypes.c_int64),
-    ]
-
 
 INDEX_INT, INDEX_SLICE, INDEX_NEWAXIS = 0, 1, 2
 OMIT = -(2**63)  # a slice bound left out (zerocopy.Omit)
@@ -125,7 +78,8 @@ def _open():
             continue
         _refuse_second_runtime(path)
         try:
-            return ctypes.CDLL(path), path
+            _core.load(path)
+            return path
         except OSError as e:
             from ._loaderr import explain
 
@@ -229,124 +183,21 @@ def _refuse_second_runtime(path):
                            % (real, others[0], ONE_RUNTIME))
 
 
-def _load_extension():
-    """The CPython extension dlbridge._core as the dict _tensor uses: the C
-    base type of Tensor and a few C functions; None where it is not built
-    (a source checkout without `make ext`), cannot load (ImportError: see
-    _loaderr), or DLBRIDGE_NO_FASTPATH=1 turns it off, with core_status
-    saying why. Importing it loads no library."""
-    global core_status
-    if os.environ.get("DLBRIDGE_NO_FASTPATH"):
-        core_status = "ctypes: DLBRIDGE_NO_FASTPATH is set"
-        return None
-    try:
-        from . import _core
-    except ImportError as e:  # also a missing file: `from . import` raises ImportError
-        from ._loaderr import extension_fallback
-
-        core_status = extension_fallback(e)
-        return None
-    core_status = "extension: dlbridge._core (%s)" % os.path.basename(_core.__file__)
-    return {
-        "module": _core,
-        "CTensor": _core.CTensor,
-        "wrap": _core.wrap,
-        "take": _core.take,
-        "from_dlpack": _core.from_dlpack,
-        "copy": _core.copy,
-        "copy_host": _core.copy_host,
-        "to": _core.to,
-        "set_tensor_class": _core.set_tensor_class,
-    }
-
-
-core = _load_extension()
-
-_u64, _i64, _i32, _vp = ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
-_pu64 = ctypes.POINTER(ctypes.c_uint64)
-_pinfo = ctypes.POINTER(Info)
-_pi64 = ctypes.POINTER(ctypes.c_int64)
-_cstr = ctypes.c_char_p
-
-
 def _bind():
-    """Open the library, declare its functions and bind the extension to it;
-    returns the module globals to set."""
+    """Open the library in the extension and check its ABI; returns the
+    module globals to set."""
     global _opened
-    lib, path = _open()
+    path = _open()
     _opened = True  # the Go runtime is running from here on
-
-    def declare(name, restype, *argtypes):
-        f = getattr(lib, name)
-        f.restype = restype
-        f.argtypes = list(argtypes)
-        return f
-
-    g = {"lib": lib, "path": path}
-    g["abi_version"] = abi_version = declare("dlb_abi_version", _i32)
-    if abi_version() != ABI_VERSION:
-        raise ImportError(
-            "dlbridge: %s has ABI version %d, this package needs %d: rebuild the library"
-            % (path, abi_version(), ABI_VERSION)
-        )
-    g["last_error"] = declare("dlb_last_error", _cstr)
-    g["py_init"] = py_init = declare("dlb_py_init", ctypes.c_int)
-    g["cuda_device_count"] = declare("dlb_cuda_device_count", _i32)
-    g["work_stream"] = declare("dlb_work_stream", _i64, _i32)
-    g["empty"] = declare("dlb_empty", _i32, _cstr, _i32, _pi64, _i32, _i32, _i32, _pu64, _pinfo)
-    g["arange"] = declare("dlb_arange", _i32, _i64, _cstr, _i32, _i32, _pu64, _pinfo)
-    g["info_get"] = declare("dlb_info_get", _i32, _u64, _pinfo)
-    g["close"] = declare("dlb_close", _i32, _u64)
-    g["export"] = declare(
-        "dlb_export", _i32, _u64, _i32, _i32, _i64, _i32, _i32, _i32, _i32, ctypes.POINTER(_vp)
-    )
-    g["import_"] = declare("dlb_import", _i32, _vp, _i32, _i32, _pu64, _pinfo)
-    g["import_on"] = declare("dlb_import_on", _i32, _vp, _i32, _i32, _i64, _pu64, _pinfo)
-    g["from_memory"] = declare(
-        "dlb_from_memory", _i32,
-        _i32, _u64, _i32, _cstr, _i32, _pi64, _pi64, _i32, _i32, _i64, _i32, _i32, _i32, _vp,
-        _pu64, _pinfo,
-    )
-    g["typestr"] = declare("dlb_typestr", _i32, _i32, _i32, _i32, _i32, ctypes.c_char_p, _i32)
-    g["dtype_name"] = declare("dlb_dtype_name", _i32, _i32, _i32, _i32, ctypes.c_char_p, _i32)
-    g["parse_dtype"] = declare(
-        "dlb_parse_dtype", _i32, _cstr,
-        ctypes.POINTER(_i32), ctypes.POINTER(_i32), ctypes.POINTER(_i32),
-    )
-    g["fill"] = declare("dlb_fill", _i32, _u64, ctypes.POINTER(Scalar))
-    g["sum_"] = declare("dlb_sum", _i32, _u64, ctypes.POINTER(Scalar))
-    g["copy"] = declare("dlb_copy", _i32, _u64, _u64)
-    g["to"] = declare("dlb_to", _i32, _u64, _i32, _i32, _pu64, _pinfo)
-    g["index"] = declare("dlb_index", _i32, _u64, _i32, ctypes.POINTER(IndexItem), _pu64, _pinfo)
-    g["permute"] = declare("dlb_permute", _i32, _u64, _i32, ctypes.POINTER(_i32), _pu64, _pinfo)
-    g["stats"] = declare("dlb_stats", _i32, _pi64, _pi64, _pi64)
-    g["debug_spin_write"] = declare("dlb_debug_spin_write", _i32, _u64, ctypes.c_uint32, _i64)
-    g["call_deleter"] = declare("dlb_call_deleter", None, _vp, ctypes.c_int)
-    capsule_name = declare("dlb_capsule_name", _vp, ctypes.c_int, ctypes.c_int)
-    g["capsule_name"] = capsule_name
-
-    # The capsule destructor is a C function of the library, not a ctypes
-    # callback: it stays valid without the GIL and after interpreter shutdown.
-    g["CAPSULE_DESTRUCTOR"] = ctypes.cast(lib.dlb_capsule_destructor, _vp).value
-    g["NAME_LEGACY"] = capsule_name(0, 0)
-    g["NAME_VERSIONED"] = capsule_name(1, 0)
-    g["NAME_USED_LEGACY"] = capsule_name(0, 1)
-    g["NAME_USED_VERSIONED"] = capsule_name(1, 1)
-    g["IN_PYTHON"] = bool(py_init())
-    if core is not None:
-        table = declare("dlb_pyext_table", _vp)
-        core["module"].bind(table())
-    return g
+    version = _core.dlb_abi_version()
+    if version != ABI_VERSION:
+        raise ImportError("dlbridge: %s has ABI version %d, this package needs %d: rebuild the library"
+                          % (path, version, ABI_VERSION))
+    return {"path": path}
 
 
 # The names _bind sets: reading one of them loads the library.
-_LAZY = frozenset([
-    "lib", "path", "abi_version", "last_error", "py_init", "cuda_device_count", "work_stream",
-    "empty", "arange", "info_get", "close", "export", "import_", "import_on", "from_memory", "typestr",
-    "dtype_name", "parse_dtype", "fill", "sum_", "copy", "to", "index", "permute", "stats",
-    "debug_spin_write", "call_deleter", "capsule_name", "CAPSULE_DESTRUCTOR", "NAME_LEGACY",
-    "NAME_VERSIONED", "NAME_USED_LEGACY", "NAME_USED_VERSIONED", "IN_PYTHON",
-])
+_LAZY = frozenset(["path"])
 
 _lock = _thread.allocate_lock()
 _started = False  # the library is being loaded or was loaded in this process
@@ -387,36 +238,6 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-class _Function:
-    """A function of the library declared for ctypes, bound on its first
-    call: modules declare what they call at import time without loading the
-    library (lazy start), and a forked child unbinds it (see load)."""
-
-    __slots__ = ("name", "restype", "argtypes", "f")
-
-    def __init__(self, name, restype, argtypes):
-        self.name, self.restype, self.argtypes, self.f = name, restype, list(argtypes), None
-
-    def __call__(self, *args):
-        f = self.f
-        if f is None:
-            load()
-            f = getattr(lib, self.name)
-            f.restype, f.argtypes = self.restype, self.argtypes
-            self.f = f
-        return f(*args)
-
-
-_declared = []
-
-
-def _declare(name, restype, *argtypes):
-    """Declare library function name; it is looked up on its first call."""
-    fn = _Function(name, restype, argtypes)
-    _declared.append(fn)
-    return fn
-
-
 def _after_fork_in_child():
     global _forked, _loaded, _lock
     _lock = _thread.allocate_lock()  # a thread that held it is gone
@@ -424,66 +245,6 @@ def _after_fork_in_child():
         _forked, _loaded = True, False
         for name in _LAZY:
             globals().pop(name, None)
-        for fn in _declared:
-            fn.f = None  # the next call goes through load(), which refuses
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def error(rc):
-    """The exception for a non-zero return code, with the Go message."""
-    msg = last_error()
-    text = msg.decode("utf-8", "replace") if msg else "dlbridge: error code %d" % rc
-    return _EXCEPTIONS.get(rc, RuntimeError)(text)
-
-
-def check(rc):
-    if rc:
-        raise error(rc)
-
-
-# CPython's capsule functions, called with the GIL held (pythonapi is a PyDLL).
-_api = ctypes.pythonapi
-PyCapsule_New = _api.PyCapsule_New
-PyCapsule_New.restype = ctypes.py_object
-PyCapsule_New.argtypes = [_vp, _vp, _vp]
-PyCapsule_GetName = _api.PyCapsule_GetName
-PyCapsule_GetName.restype = ctypes.c_char_p
-PyCapsule_GetName.argtypes = [ctypes.py_object]
-PyCapsule_GetPointer = _api.PyCapsule_GetPointer
-PyCapsule_GetPointer.restype = _vp
-PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-PyCapsule_SetName = _api.PyCapsule_SetName
-PyCapsule_SetName.restype = ctypes.c_int
-PyCapsule_SetName.argtypes = [ctypes.py_object, _vp]
-Py_IncRef = _api.Py_IncRef
-Py_IncRef.restype = None
-Py_IncRef.argtypes = [ctypes.py_object]
-
-
-class PyBuffer(ctypes.Structure):
-    """CPython's Py_buffer (stable layout since 3.3)."""
-
-    _fields_ = [
-        ("buf", _vp),
-        ("obj", _vp),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
-        ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
-        ("suboffsets", ctypes.POINTER(ctypes.c_ssize_t)),
-        ("internal", _vp),
-    ]
-
-
-PyObject_GetBuffer = _api.PyObject_GetBuffer
-PyObject_GetBuffer.restype = ctypes.c_int
-PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
-PyBuffer_Release = _api.PyBuffer_Release
-PyBuffer_Release.restype = None
-PyBuffer_Release.argtypes = [ctypes.POINTER(PyBuffer)]
-PyBUF_RECORDS_RO = 0x0010 | 0x0008 | 0x0004  # STRIDES | ND | FORMAT

@@ -1,8 +1,7 @@
 """Why a native part of dlbridge did not load, said in a user's terms.
 
-dlbridge ships two native files: libdlbridge.so (the Go library, opened with
-ctypes) and the CPython extension dlbridge._core (optional: without it
-dlbridge runs on ctypes alone). The dynamic loader's own message ("version
+dlbridge ships two native files: libdlbridge.so (the Go library) and the
+CPython extension dlbridge._core, which opens it; both are required. The dynamic loader's own message ("version
 `GLIBC_2.34' not found", "wrong ELF class", "undefined symbol") names the
 symptom; the functions here read the file's ELF header and symbol version
 needs and say the cause (the glibc it needs against the one this system has,
@@ -14,6 +13,7 @@ architecture and the newest glibc version it needs, as JSON; the wheel
 checks of `make dist` use it.
 """
 
+import importlib
 import importlib.machinery
 import json
 import os
@@ -21,7 +21,6 @@ import platform
 import re
 import struct
 import sys
-import warnings
 from typing import Dict, List, Optional, Set, Tuple, TypedDict
 
 # ELF e_machine values -> the names of platform.machine() and wheel tags.
@@ -183,31 +182,30 @@ def explain(path: str, err: Optional[BaseException] = None) -> str:
             "or %s%s" % (path, _REBUILD, raw))
 
 
-def extension_fallback(err: ImportError) -> str:
-    """Why dlbridge runs on the ctypes path when importing dlbridge._core
-    raised err (an ImportError): a sentence for dlbridge.fast_path_reason.
-    An extension that is there but fails to load is also a RuntimeWarning
-    (a broken install runs slower, it should not do so silently); one that
-    was never built (a checkout built with `make lib` only) is not."""
-    here = os.path.dirname(os.path.abspath(__file__))
+def load_extension():  # type: ignore[no-untyped-def]
+    """Import the extension dlbridge._core, without which dlbridge does not
+    work; an ImportError that says why not and what to do. Importing it
+    loads no library."""
     try:
-        names = sorted(f for f in os.listdir(here) if f.startswith("_core.") and f.endswith(".so"))
-    except OSError:
-        names = []
-    usable = [f for f in names if any(f == "_core" + s for s in importlib.machinery.EXTENSION_SUFFIXES)]
-    if not names:
-        return ("ctypes: the extension dlbridge._core is not built (a source checkout: `make ext` "
-                "builds it)")
-    if not usable:
-        why = ("ctypes: the extension dlbridge._core in %s (%s) was built for another Python than "
-               "this one (%s): install dlbridge for this Python (pip install --force-reinstall "
-               "dlbridge)" % (here, ", ".join(names), platform.python_version()))
-    else:
-        why = "ctypes: the extension dlbridge._core failed to load: " + explain(
-            os.path.join(here, usable[0]), err)
-    warnings.warn("dlbridge runs without its CPython extension, more slowly. " + why,
-                  RuntimeWarning, stacklevel=4)
-    return why
+        # By name: the extension has no stub for mypy to read.
+        return importlib.import_module("dlbridge._core")
+    except ImportError as err:  # also a missing file
+        here = os.path.dirname(os.path.abspath(__file__))
+        try:
+            names = sorted(f for f in os.listdir(here) if f.startswith("_core.") and f.endswith(".so"))
+        except OSError:
+            names = []
+        usable = [f for f in names if any(f == "_core" + s for s in importlib.machinery.EXTENSION_SUFFIXES)]
+        if not names:
+            why = ("the extension dlbridge._core is not built in %s (a source checkout: `make ext` "
+                   "builds it; it needs a C compiler and Python's headers, python3-dev)" % here)
+        elif not usable:
+            why = ("the extension dlbridge._core in %s (%s) was built for another Python than this one "
+                   "(%s): install dlbridge for this Python (pip install --force-reinstall dlbridge)"
+                   % (here, ", ".join(names), platform.python_version()))
+        else:
+            why = "the extension dlbridge._core failed to load: " + explain(os.path.join(here, usable[0]), err)
+        raise ImportError("dlbridge: " + why) from err
 
 
 def _main(argv: List[str]) -> int:

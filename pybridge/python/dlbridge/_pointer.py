@@ -10,15 +10,6 @@ from ._stream import as_stream_handle
 
 _U64_LIMIT = 2**64
 
-_from_pointer = _lib._declare(
-    "dlb_from_pointer", ctypes.c_int32,
-    ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64),
-    ctypes.POINTER(ctypes.c_int64), ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
-    ctypes.c_uint64, ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
-    ctypes.POINTER(_lib.Info),
-)
-
-
 class _Keeper:
     """Holds owner and calls deleter(ptr) once, when Go drops the last
     reference to it (the last view and export of the memory are gone), or
@@ -112,16 +103,12 @@ def from_pointer(ptr, shape, dtype, *, device="cuda:0", strides=None, readonly=F
         if keeper is not None:
             keeper.release()  # now, not when the traceback lets go of it
         raise
-    if keeper is not None:
-        _lib.Py_IncRef(keeper)  # Go's reference, dropped when the memory is released
-    h = ctypes.c_uint64()
-    rc = _from_pointer(p, dt, len(dims), _tensor._i64_array(dims),
-                       _tensor._i64_array(st) if st is not None else None, dev[0], dev[1],
-                       int(bool(readonly)), has_stream, s, int(bool(verify)),
-                       id(keeper) if keeper is not None else None, ctypes.byref(h), None)
-    if rc:
-        err = _lib.error(rc)  # Go has dropped its reference to keeper already
+    # Go takes a reference on keeper, dropped when the memory is released
+    # (at once when the call fails).
+    try:
+        return _lib._core.dlb_from_pointer(p, dt, len(dims), dims, st, dev[0], dev[1], int(bool(readonly)),
+                                           has_stream, s, int(bool(verify)), keeper)
+    except BaseException:
         if keeper is not None:
             keeper.release()
-        raise err
-    return _tensor._from_handle(h.value)
+        raise

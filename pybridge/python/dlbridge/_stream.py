@@ -8,35 +8,15 @@ in those libraries too (``torch.cuda.ExternalStream(s.cuda_stream)``,
 ``__cuda_stream__`` protocol. Go holds the stream; Python holds a handle.
 """
 
-import ctypes
 import operator
 
 from . import _convert as C
 from . import _lib
 
 _U64_LIMIT = 2**64
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+_I32_MAX = 2**31 - 1
 
-_u64, _i32 = ctypes.c_uint64, ctypes.c_int32
-_pu64, _pi32 = ctypes.POINTER(_u64), ctypes.POINTER(_i32)
-
-_stream_new = _lib._declare("dlb_stream_new", _i32, _i32, _i32, _pu64, _pu64)
-_stream_close = _lib._declare("dlb_stream_close", _i32, _u64)
-_stream_sync = _lib._declare("dlb_stream_synchronize", _i32, _u64)
-_stream_query = _lib._declare("dlb_stream_query", _i32, _u64, _pi32)
-_stream_priority = _lib._declare("dlb_stream_priority", _i32, _u64, _pi32)
-_stream_wait = _lib._declare("dlb_stream_wait", _i32, _u64, _i32, _u64, _i32)
-_event_new = _lib._declare("dlb_event_new", _i32, _i32, _pu64)
-_event_close = _lib._declare("dlb_event_close", _i32, _u64)
-_event_record = _lib._declare("dlb_event_record", _i32, _u64, _u64, _i32)
-_event_sync = _lib._declare("dlb_event_synchronize", _i32, _u64)
-_event_query = _lib._declare("dlb_event_query", _i32, _u64, _pi32)
-_event_wait = _lib._declare("dlb_event_wait", _i32, _u64, _u64, _i32)
-_event_elapsed = _lib._declare("dlb_event_elapsed", _i32, _u64, _u64, ctypes.POINTER(ctypes.c_double))
-_event_device = _lib._declare("dlb_event_device", _i32, _u64, _pi32)
-_synchronize = _lib._declare("dlb_synchronize", _i32, _i32)
-_stream_stats = _lib._declare("dlb_stream_stats", _i32, ctypes.POINTER(ctypes.c_int64),
-                              ctypes.POINTER(ctypes.c_int64))
+_core = _lib._core
 
 
 def _handle_int(value, what):
@@ -172,14 +152,8 @@ class Stream:
     def __init__(self, device=0, *, priority=0):
         self._h = 0
         dev = _device_ordinal(device)
-        if isinstance(priority, bool):
-            raise TypeError("dlbridge: priority must be an int, not a bool")
-        pri = operator.index(priority)
-        if not _I32_MIN <= pri <= _I32_MAX:
-            raise ValueError("dlbridge: priority %d is out of range (-2**31 <= priority < 2**31)" % pri)
-        h, raw = _u64(), _u64()
-        _lib.check(_stream_new(dev, pri, ctypes.byref(h), ctypes.byref(raw)))
-        self._h, self._raw, self._dev = h.value, raw.value, dev
+        self._h, self._raw = _core.dlb_stream_new(dev, priority)  # the binding checks priority
+        self._dev = dev
 
     def _live(self):
         h = self._h
@@ -211,19 +185,15 @@ class Stream:
 
     @property
     def priority(self):
-        p = _i32()
-        _lib.check(_stream_priority(self._live(), ctypes.byref(p)))
-        return p.value
+        return _core.dlb_stream_priority(self._live())
 
     def synchronize(self):
         """Block until the work queued on this stream is done."""
-        _lib.check(_stream_sync(self._live()))
+        _core.dlb_stream_synchronize(self._live())
 
     def query(self):
         """Whether the work queued on this stream is done (never blocks)."""
-        r = _i32()
-        _lib.check(_stream_query(self._live(), ctypes.byref(r)))
-        return bool(r.value)
+        return bool(_core.dlb_stream_query(self._live()))
 
     def wait_stream(self, stream):
         """Make future work on this stream wait for the work queued so far on
@@ -232,7 +202,7 @@ class Stream:
         device). The host does not block."""
         self._live()
         h = as_stream_handle(stream)
-        _lib.check(_stream_wait(self._raw, self._dev, h, _stream_device(stream, self._dev)))
+        _core.dlb_stream_wait(self._raw, self._dev, h, _stream_device(stream, self._dev))
 
     def wait_event(self, event):
         """Make future work on this stream wait for event's recorded work."""
@@ -248,7 +218,7 @@ class Stream:
     def _close(self):
         h, self._h = self._h, 0
         if h:
-            _lib.check(_stream_close(h))
+            _core.dlb_stream_close(h)
 
     def __del__(self):
         try:
@@ -283,9 +253,7 @@ class Event:
     def __init__(self, *, enable_timing=False):
         self._h = 0
         self._timing = bool(enable_timing)
-        h = _u64()
-        _lib.check(_event_new(int(self._timing), ctypes.byref(h)))
-        self._h = h.value
+        self._h = _core.dlb_event_new(int(self._timing))
 
     def _live(self):
         h = self._h
@@ -300,46 +268,41 @@ class Event:
     @property
     def device(self):
         """"cuda:N" once recorded, else None."""
-        d = _i32()
-        _lib.check(_event_device(self._live(), ctypes.byref(d)))
-        return None if d.value < 0 else "cuda:%d" % d.value
+        d = _core.dlb_event_device(self._live())
+        return None if d < 0 else "cuda:%d" % d
 
     def record(self, stream=None):
         """Capture the work queued so far on stream (any stream argument;
         None: dlbridge's work stream). A bare integer handle is taken to be
         on the event's device (cuda:0 for its first record)."""
         h = self._live()
-        _lib.check(_event_record(h, as_stream_handle(stream), _stream_device(stream, -1)))
+        _core.dlb_event_record(h, as_stream_handle(stream), _stream_device(stream, -1))
 
     def synchronize(self):
         """Block until the recorded work is done."""
-        _lib.check(_event_sync(self._live()))
+        _core.dlb_event_synchronize(self._live())
 
     def query(self):
         """Whether the recorded work is done (never blocks)."""
-        r = _i32()
-        _lib.check(_event_query(self._live(), ctypes.byref(r)))
-        return bool(r.value)
+        return bool(_core.dlb_event_query(self._live()))
 
     def wait(self, stream=None):
         """Make future work on stream (None: dlbridge's work stream) wait for
         the recorded work; the host does not block."""
         h = self._live()
-        _lib.check(_event_wait(h, as_stream_handle(stream), _stream_device(stream, -1)))
+        _core.dlb_event_wait(h, as_stream_handle(stream), _stream_device(stream, -1))
 
     def elapsed_time(self, end_event):
         """Milliseconds of GPU time from this event to end_event; both made
         with enable_timing=True, recorded, and completed."""
         if not isinstance(end_event, Event):
             raise TypeError("dlbridge: elapsed_time needs a dlbridge.Event, got %s" % type(end_event).__name__)
-        ms = ctypes.c_double()
-        _lib.check(_event_elapsed(self._live(), end_event._live(), ctypes.byref(ms)))
-        return ms.value
+        return _core.dlb_event_elapsed(self._live(), end_event._live())
 
     def _close(self):
         h, self._h = self._h, 0
         if h:
-            _lib.check(_event_close(h))
+            _core.dlb_event_close(h)
 
     def __del__(self):
         try:
@@ -356,11 +319,9 @@ def synchronize(device=None):
     every library sharing its primary context (cuCtxSynchronize). device is
     an int, "cuda:N" or a torch.device; None means cuda:0 (dlbridge keeps
     no current device; PyTorch's default current device is 0 too)."""
-    _lib.check(_synchronize(_device_ordinal(device)))
+    _core.dlb_synchronize(_device_ordinal(device))
 
 
 def _live_counts():
     """(open stream handles, open event handles), for leak tests."""
-    s, e = ctypes.c_int64(), ctypes.c_int64()
-    _stream_stats(ctypes.byref(s), ctypes.byref(e))
-    return s.value, e.value
+    return _core.dlb_stream_stats()

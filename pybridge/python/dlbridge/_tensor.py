@@ -1,8 +1,8 @@
-"""dlbridge.Tensor and the functions that make one (pure Python + ctypes)."""
+"""dlbridge.Tensor and the functions that make one (over the extension
+dlbridge._core: _core.dlb_x is the library's export dlb_x)."""
 
 import ctypes
 import datetime
-import itertools
 import operator
 import struct
 import sys
@@ -38,142 +38,6 @@ def _shape_arg(shape):
     return C.sizes(tuple(shape))
 
 
-def _i64_array(values):
-    n = len(values)
-    return (ctypes.c_int64 * n)(*values) if n else None
-
-
-# The ctypes path's count of writes left in flight on memory that other
-# objects may share (the C base keeps its own, _core.c's writes_epoch): an
-# object whose cached _stream is older than the last such write asks Go
-# again before an interface dictionary names the stream.
-_epochs = itertools.count(1)
-_writes_epoch = 0
-
-
-def _note_write_in_flight():
-    global _writes_epoch
-    _writes_epoch = next(_epochs)  # one step under the GIL: no update is lost
-
-
-def _new(fn, *args):
-    """Call a handle-making function of the library and wrap the result."""
-    h = ctypes.c_uint64()
-    if _core is not None:  # the C base reads the info itself
-        rc = fn(*args, ctypes.byref(h), None)
-        if rc:
-            raise _lib.error(rc)
-        return _core_wrap(Tensor, h.value)
-    info = _lib.Info()
-    e = _writes_epoch  # before Go reports the stream
-    rc = fn(*args, ctypes.byref(h), ctypes.byref(info))
-    if rc:
-        raise _lib.error(rc)
-    return Tensor._from_info(h.value, info, e)
-
-
-class _PyTensorBase:
-    """The pure-ctypes base of Tensor, used when the library's CPython fast
-    path (a C base type, see pybridge/capi/pyext.c) is not available or is
-    turned off with DLBRIDGE_NO_FASTPATH=1. Both bases offer the same
-    private attributes: _h, _ptr, _shape, _strides, _code, _dev, _flags,
-    _itemsize, _stream, close(), _pin(), __dlpack__, __dlpack_device__."""
-
-    __slots__ = ("_h", "_ptr", "_shape", "_strides", "_code", "_dev", "_flags", "_itemsize",
-                 "_stream", "_epoch", "_pinh", "__weakref__")
-
-    @classmethod
-    def _from_info(cls, h, info, epoch):
-        t = object.__new__(cls)
-        t._epoch = epoch
-        t._h = h
-        t._pinh = 0
-        nd = info.ndim
-        t._ptr = info.ptr
-        t._shape = tuple(info.shape[:nd])
-        t._strides = tuple(info.strides[:nd])
-        t._code = (info.code, info.bits, info.lanes)
-        t._dev = (info.device_type, info.device_id)
-        t._flags = info.flags
-        t._itemsize = info.itemsize
-        t._stream = info.stream
-        return t
-
-    def close(self):
-        """Release this tensor's hold on its memory now. Views made from it,
-        and exports to other libraries, keep their own hold. Idempotent."""
-        h, self._h = self._h, 0
-        if h:
-            _lib.check(_lib.close(h))
-
-    def __del__(self):
-        try:
-            h, self._h = self._h, 0
-            if h:
-                _lib.close(h)
-            p, self._pinh = self._pinh, 0
-            if p:
-                _lib.close(p)
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
-
-    def _share(self):
-        """The C base notes that the address went out (see _core.c's
-        alone); this path never leaves a blocking copy_ in flight."""
-
-    def _pin(self):
-        """Keep the memory until this object is collected: NumPy, CuPy and
-        others that read __array_interface__ or __cuda_array_interface__ keep
-        this object alive, not our handle, so close() must not free memory
-        they still use. A second handle does it."""
-        if not self._pinh:
-            h = ctypes.c_uint64()
-            _lib.check(_lib.index(self._handle(), 0, None, ctypes.byref(h), None))
-            self._pinh = h.value
-
-    def __dlpack_device__(self):
-        return self._dev
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        global _checked_version
-        h = self._handle()
-        versioned = 0
-        if max_version is not None:
-            mv = max_version
-            # Consumers pass the same constant tuple every time (a literal
-            # in their code): the one checked last is not checked again.
-            if mv is not _checked_version:
-                # C.pair's common case written out: this runs on every export.
-                if (type(mv) is tuple and len(mv) == 2 and type(mv[0]) is int and type(mv[1]) is int
-                        and 0 <= mv[0] <= _U32_MAX and 0 <= mv[1] <= _U32_MAX):
-                    _checked_version = mv
-                else:
-                    mv = C.pair(mv, "max_version", C.UINT32)
-            versioned = 1 if mv[0] >= 1 else 0
-        if stream is None:
-            has_stream = s = 0
-        elif type(stream) is int and _INT64_MIN <= stream <= _INT64_MAX:
-            has_stream, s = 1, stream  # C.integer's common case, without its two calls
-        else:
-            has_stream, s = 1, C.integer(stream, "stream")
-        if dl_device is None:
-            has_dev = dt = di = 0
-        else:
-            has_dev = 1
-            dt, di = C.pair(dl_device, "dl_device", C.INT32)
-        cm = 0 if copy is None else (2 if copy else 1)
-        out = ctypes.c_void_p()
-        rc = _lib.export(h, versioned, has_stream, s, has_dev, dt, di, cm, ctypes.byref(out))
-        if rc:
-            raise _lib.error(rc)
-        name = _lib.NAME_VERSIONED if versioned else _lib.NAME_LEGACY
-        try:
-            return _lib.PyCapsule_New(out.value, name, _lib.CAPSULE_DESTRUCTOR)
-        except BaseException:
-            _lib.call_deleter(out.value, versioned)
-            raise
-
-
 _I32_MIN, _I32_MAX = C.INT32[1:]
 _U32_MAX = C.UINT32[2]
 
@@ -188,17 +52,8 @@ _checked_device = None
 # DLDeviceType IntEnum, learned once so that their pairs skip C.pair.
 _int_types = {int}
 
-_core = _lib.core
-if _core is not None:
-    _Base = _core["CTensor"]
-    _core_wrap = _core["wrap"]
-    _core_take = _core["take"]
-    _core_from_dlpack = _core["from_dlpack"]
-    _core_copy = _core["copy"]
-    _core_copy_host = _core["copy_host"]
-    _core_to = _core["to"]
-else:
-    _Base = _PyTensorBase
+_core = _lib._core
+_Base = _core.CTensor
 
 
 class Tensor(_Base):
@@ -213,7 +68,7 @@ class Tensor(_Base):
     releases it, whatever happens to this object.
     """
 
-    __slots__ = () if _Base is _PyTensorBase else ("__weakref__",)
+    __slots__ = ("__weakref__",)
 
     def __init__(self, *args, **kwargs):
         raise TypeError(
@@ -341,8 +196,6 @@ class Tensor(_Base):
         if not (self._flags & _lib.INFO_C_CONTIGUOUS):
             d["strides"] = tuple(s * self._itemsize for s in self._strides)
         if cuda:
-            if _core is None and self._epoch != _writes_epoch:
-                self._refresh_stream()  # a write through another object may be pending since
             d["stream"] = self._stream or None
         return d
 
@@ -448,23 +301,21 @@ class Tensor(_Base):
         """Write value into every element (in Go); returns self. Only the
         elements are written (a strided view's gaps are not touched), and
         the write is complete when fill_ returns."""
-        s = _scalar(value)
-        _lib.check(_lib.fill(self._handle(), ctypes.byref(s)))
+        _core.dlb_fill(self._handle(), _scalar(value))
         self._refresh_stream()
         return self
 
     def sum(self):
         """The sum of all elements, computed in Go: int for integer and bool
         tensors (wrapping at 64 bits), float, or complex."""
-        s = _lib.Scalar()
-        _lib.check(_lib.sum_(self._handle(), ctypes.byref(s)))
-        if s.kind == 0 or s.kind == 4:
-            return s.i
-        if s.kind == 1:
-            return s.u
-        if s.kind == 3:
-            return complex(s.re, s.im)
-        return s.re
+        kind, i, u, re, im = _core.dlb_sum(self._handle())
+        if kind == 0 or kind == 4:
+            return i
+        if kind == 1:
+            return u
+        if kind == 3:
+            return complex(re, im)
+        return re
 
     def copy_(self, src, *, non_blocking=False, stream=None):
         """Copy src (same shape; any dtype, converted; a Tensor or anything
@@ -482,37 +333,16 @@ class Tensor(_Base):
         nb = 1 if non_blocking else 0
         if isinstance(src, Tensor):
             h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, src._dev))
-            if _core is not None:  # one C call, no ctypes; it updates self._stream
-                _core_copy(self, src, h, nb)
-                return self
-            rc = _copy_on(self._handle(), src._handle(), h, nb)
-        else:
-            # src is host data: asarray makes it a CPU tensor.
-            h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev))
-            if _core is not None and not nb and _core_copy_host(self, src, h) is None:
-                return self  # a NumPy array, copied through the buffer protocol
-            with asarray(src) as t:
-                if _core is not None:
-                    _core_copy(self, t, h, nb)
-                    return self
-                rc = _copy_on(self._handle(), t._handle(), h, nb)
-        if rc:
-            raise _lib.error(rc)
-        if nb:
-            _note_write_in_flight()
-            self._refresh_stream()
-        elif self._dev[0] == CUDA:
-            self._stream = 0  # complete on return: no write pending (one Go call fewer)
+            _core.copy(self, src, h, nb)  # it updates self._stream
+            return self
+        # src is host data: a NumPy array goes through the buffer protocol,
+        # anything else through asarray's CPU tensor.
+        h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev))
+        if not nb and _core.copy_host(self, src, h) is None:
+            return self
+        with asarray(src) as t:
+            _core.copy(self, t, h, nb)
         return self
-
-    def _refresh_stream(self):
-        if self._dev[0] == CUDA:
-            e = _writes_epoch
-            info = _lib.Info()
-            _lib.check(_lib.info_get(self._handle(), ctypes.byref(info)))
-            self._stream = info.stream
-            if _core is None:
-                self._epoch = e
 
     def to(self, device, *, non_blocking=False, stream=None, copy=False):
         """This tensor on device ("cpu", "cuda:N", "cuda_host"): self when
@@ -526,9 +356,7 @@ class Tensor(_Base):
         if want == self._dev and not copy:
             return self
         h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, want))
-        if _core is not None:
-            return _core_to(Tensor, self, want[0], want[1], h, 1 if non_blocking else 0)
-        return _new(_to_on, self._handle(), want[0], want[1], h, 1 if non_blocking else 0)
+        return _core.to(Tensor, self, want[0], want[1], h, 1 if non_blocking else 0)
 
     def cpu(self):
         return self.to("cpu")
@@ -545,15 +373,13 @@ class Tensor(_Base):
         (self when it is pinned already), as PyTorch's Tensor.pin_memory."""
         if self.is_pinned():
             return self
-        return _new(_pin_memory, self._handle())
+        return _core.dlb_pin_memory(self._handle())
 
     def is_pinned(self):
         """Whether the memory is page-locked host memory: a cuda_host
         tensor, or cpu memory that is pinned (pin_memory, arrays made from
         device data, torch's pinned tensors)."""
-        out = ctypes.c_int32()
-        _lib.check(_is_pinned(self._handle(), ctypes.byref(out)))
-        return bool(out.value)
+        return bool(_core.dlb_is_pinned(self._handle()))
 
     # ---- zero-copy views ----
 
@@ -561,9 +387,7 @@ class Tensor(_Base):
         if len(dims) == 1 and not C.is_integer(dims[0]):
             dims = C.sequence(dims[0], "dims", _lib.MAX_NDIM)
         dims = C.integers(dims, "dims", C.INT32)
-        n = len(dims)
-        order = (ctypes.c_int32 * n)(*dims) if n else None
-        return _new(_lib.permute, self._handle(), n, order)
+        return _core.dlb_permute(self._handle(), len(dims), dims)
 
     def transpose(self, dim0=None, dim1=None):
         """Swap two dimensions, or reverse them all when none are given
@@ -588,9 +412,7 @@ class Tensor(_Base):
 
     def __getitem__(self, key):
         items = _index_items(key, len(self._shape))
-        n = len(items)
-        arr = (_lib.IndexItem * n)(*items) if n else None
-        return _new(_lib.index, self._handle(), n, arr)
+        return _core.dlb_index(self._handle(), len(items), items)
 
     def __setitem__(self, key, value):
         with self[key] as view:
@@ -613,34 +435,30 @@ class Tensor(_Base):
         return self.sum() if self._code[0] != 6 else bool(self.sum())
 
 
-if _core is not None:
-    _core["set_tensor_class"](Tensor)  # for tensors the C exchange API makes
+_core.set_tensor_class(Tensor)  # the class of the tensors _core makes
 
 
 def _scalar(value):
-    s = _lib.Scalar()
+    """value as a dlb_scalar: (kind, i, u, re, im)."""
     if isinstance(value, bool):
-        s.kind, s.i = 4, int(value)
-    elif isinstance(value, int) or (hasattr(value, "__index__") and not isinstance(value, float)):
+        return (4, int(value), 0, 0.0, 0.0)
+    if isinstance(value, int) or (hasattr(value, "__index__") and not isinstance(value, float)):
         v = operator.index(value)
         if v > _INT64_MAX:
             if v >= 2**64:
                 raise OverflowError("dlbridge: fill value %d does not fit 64 bits" % v)
-            s.kind, s.u = 1, v
-        elif v < _INT64_MIN:
+            return (1, 0, v, 0.0, 0.0)
+        if v < _INT64_MIN:
             raise OverflowError("dlbridge: fill value %d does not fit 64 bits" % v)
-        else:
-            s.kind, s.i = 0, v
-    elif isinstance(value, complex):
-        s.kind, s.re, s.im = 3, value.real, value.imag
-    elif isinstance(value, float) or hasattr(value, "__float__"):
-        s.kind, s.re = 2, float(value)
-    elif hasattr(value, "__complex__"):
+        return (0, v, 0, 0.0, 0.0)
+    if isinstance(value, complex):
+        return (3, 0, 0, value.real, value.imag)
+    if isinstance(value, float) or hasattr(value, "__float__"):
+        return (2, 0, 0, float(value), 0.0)
+    if hasattr(value, "__complex__"):
         z = complex(value)
-        s.kind, s.re, s.im = 3, z.real, z.imag
-    else:
-        raise TypeError("dlbridge: fill value must be a number, got %s" % type(value).__name__)
-    return s
+        return (3, 0, 0, z.real, z.imag)
+    raise TypeError("dlbridge: fill value must be a number, got %s" % type(value).__name__)
 
 
 def _bound(v, field):
@@ -681,17 +499,17 @@ def _index_items(key, ndim):
         field = "index[%d]" % pos if in_tuple else "index"
         if k is Ellipsis:
             for _ in range(ndim - consuming):
-                items.append(_lib.IndexItem(_lib.INDEX_SLICE, 0, _lib.OMIT, _lib.OMIT, 1))
+                items.append((_lib.INDEX_SLICE, _lib.OMIT, _lib.OMIT, 1))
         elif k is None:
-            items.append(_lib.IndexItem(_lib.INDEX_NEWAXIS, 0, 0, 0, 0))
+            items.append((_lib.INDEX_NEWAXIS, 0, 0, 0))
         elif isinstance(k, slice):
             start, stop = _bound(k.start, field + ".start"), _bound(k.stop, field + ".stop")
             step = 1 if k.step is None else _bound(k.step, field + ".step")
             if step == 0:
                 raise ValueError("dlbridge: slice step cannot be zero")
-            items.append(_lib.IndexItem(_lib.INDEX_SLICE, 0, start, stop, step))
+            items.append((_lib.INDEX_SLICE, start, stop, step))
         else:
-            items.append(_lib.IndexItem(_lib.INDEX_INT, 0, C.integer(k, field, exc=IndexError), 0, 0))
+            items.append((_lib.INDEX_INT, C.integer(k, field, exc=IndexError), 0, 0))
     return items
 
 
@@ -703,21 +521,21 @@ def empty(shape, dtype="float32", device="cpu"):
     host memory from the pinned pool."""
     dims = _shape_arg(shape)
     dev = C.device(device)
-    return _new(_lib.empty, _dtype_bytes(dtype), len(dims), _i64_array(dims), dev[0], dev[1], 0)
+    return _core.dlb_empty(_dtype_bytes(dtype), len(dims), dims, dev[0], dev[1], 0)
 
 
 def zeros(shape, dtype="float32", device="cpu"):
     """A new zero-filled tensor allocated by Go."""
     dims = _shape_arg(shape)
     dev = C.device(device)
-    return _new(_lib.empty, _dtype_bytes(dtype), len(dims), _i64_array(dims), dev[0], dev[1], 1)
+    return _core.dlb_empty(_dtype_bytes(dtype), len(dims), dims, dev[0], dev[1], 1)
 
 
 def arange(n, dtype="int64", device="cpu"):
     """0, 1, ..., n-1 as a 1-d tensor made in Go (int64 by default, as in
     NumPy and PyTorch)."""
     dev = C.device(device)
-    return _new(_lib.arange, C.integer(n, "n"), _dtype_bytes(dtype), dev[0], dev[1])
+    return _core.dlb_arange(n, _dtype_bytes(dtype), dev[0], dev[1])  # the binding checks n
 
 
 def _dtype_bytes(dtype):
@@ -726,11 +544,11 @@ def _dtype_bytes(dtype):
 
 def cuda_available():
     """Whether a CUDA driver and at least one device were found."""
-    return _lib.cuda_device_count() > 0
+    return _core.dlb_cuda_device_count() > 0
 
 
 def cuda_device_count():
-    return _lib.cuda_device_count()
+    return _core.dlb_cuda_device_count()
 
 
 def debug_stats():
@@ -739,15 +557,13 @@ def debug_stats():
     pool (bytes cached, in use, limit) and each CUDA device's stream-ordered
     pool (bytes reserved from the device and in use; zeros for a device
     dlbridge has not used)."""
-    a, b, c = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
-    _lib.stats(ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
-    out = {"live_tensors": a.value, "live_exports": b.value, "deleter_calls": c.value}
-    p = (ctypes.c_int64 * 5)()
-    _lib.check(_pool_stats(-1, p))
+    a, b, c = _core.dlb_stats()
+    out = {"live_tensors": a, "live_exports": b, "deleter_calls": c}
+    p = _core.dlb_pool_stats(-1)
     out["pinned_pool"] = {"cached": p[0], "in_use": p[1], "limit": p[2]}
     devices = {}
-    for d in range(_lib.cuda_device_count()):
-        _lib.check(_pool_stats(d, p))
+    for d in range(_core.dlb_cuda_device_count()):
+        p = _core.dlb_pool_stats(d)
         devices[d] = {"reserved": p[3], "used": p[4]}
     out["device_pool"] = devices
     return out
@@ -758,21 +574,7 @@ def set_pinned_pool_limit(nbytes):
     hold, in use and cached together (0: none). New host arrays made from
     device data come from it while it has room, else from pageable memory;
     cached blocks beyond the limit are freed at once."""
-    _lib.check(_set_pinned_limit(operator.index(nbytes)))
-
-
-# The stream, pinned-memory and pool entry points (declared here: they are
-# this module's alone).
-_copy_on = _lib._declare("dlb_copy_on", ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64,
-                         ctypes.c_int32)
-_to_on = _lib._declare("dlb_to_on", ctypes.c_int32, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32,
-                       ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
-                       ctypes.POINTER(_lib.Info))
-_pin_memory = _lib._declare("dlb_pin_memory", ctypes.c_int32, ctypes.c_uint64,
-                            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_lib.Info))
-_is_pinned = _lib._declare("dlb_is_pinned", ctypes.c_int32, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int32))
-_pool_stats = _lib._declare("dlb_pool_stats", ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64))
-_set_pinned_limit = _lib._declare("dlb_set_pinned_pool_limit", ctypes.c_int32, ctypes.c_int64)
+    _core.dlb_set_pinned_pool_limit(nbytes)
 
 
 def _cuda_devices(*devs):
@@ -784,8 +586,7 @@ def _debug_spin_write(t, bits, seconds):
     """Queue on the work stream a CUDA kernel that spins for `seconds`, then
     writes the 32-bit pattern `bits` into every element of t (a contiguous
     CUDA tensor of a 4-byte dtype). Returns at once: for ordering tests."""
-    _lib.check(_lib.debug_spin_write(t._handle(), bits, int(seconds * 1e9)))
-    _note_write_in_flight()
+    _core.dlb_debug_spin_write(t._handle(), bits, int(seconds * 1e9))
     t._refresh_stream()
 
 
@@ -795,59 +596,12 @@ def _take_capsule(cap, producer=None, pending=None):
     """Consume a DLPack capsule: check and rename it, hand the pointer to Go.
     producer is the object whose __dlpack__ returned cap, if any; pending
     the CUDA stream its writes are ordered before, if not our work stream."""
-    if _core is not None:
-        return _core_take(Tensor, cap, producer, pending)
-    try:
-        # CPython checks the type itself: anything but a capsule is a
-        # ValueError here, so the common case pays for no check of its own.
-        name = _lib.PyCapsule_GetName(cap)
-    except ValueError:
-        if isinstance(cap, CapsuleType):
-            raise
-        raise TypeError("dlbridge: %s.__dlpack__() returned %s, not a PyCapsule"
-                        % (type(producer).__name__, type(cap).__name__) if producer is not None else
-                        "dlbridge: expected a DLPack capsule (PyCapsule), got %s" % type(cap).__name__) from None
-    if name == b"dltensor_versioned":
-        versioned = 1
-    elif name == b"dltensor":
-        versioned = 0
-    elif name in (b"used_dltensor", b"used_dltensor_versioned"):
-        raise ValueError(
-            "dlbridge: this DLPack capsule was already consumed (it is named %r); "
-            "a capsule can be imported only once: call __dlpack__() again for a new one"
-            % name.decode())
-    else:
-        raise TypeError("dlbridge: a capsule named %r is not a DLPack capsule" % (name,))
-    ptr = _lib.PyCapsule_GetPointer(cap, name)
-    if not ptr:
-        raise ValueError("dlbridge: DLPack capsule holds a NULL pointer")
-    # Ours now: rename first, so that the capsule's destructor will not run
-    # the deleter that Go now owns (Go runs it even if the import fails).
-    _lib.PyCapsule_SetName(cap, _lib.NAME_USED_VERSIONED if versioned else _lib.NAME_USED_LEGACY)
-    if pending:
-        return _new(_lib.import_on, ptr, versioned, 1, pending)
-    return _new(_lib.import_, ptr, versioned, 1)
+    return _core.take(Tensor, cap, producer, pending)
 
 
 def _from_handle(h):
     """A Tensor owning handle h (made by a Go function of the library)."""
-    if _core is not None:
-        return _core_wrap(Tensor, h)
-    info = _lib.Info()
-    e = _writes_epoch
-    _lib.check(_lib.info_get(h, ctypes.byref(info)))
-    return Tensor._from_info(h, info, e)
-
-
-_work_streams = {}
-
-
-def _work_stream(device_id):
-    """The stream our Go operations on cuda:device_id use (fixed per device)."""
-    s = _work_streams.get(device_id)
-    if s is None:
-        s = _work_streams[device_id] = _lib.work_stream(device_id)
-    return s
+    return _core.wrap(Tensor, h)
 
 
 # Types whose __dlpack__ refused max_version once: called the legacy way
@@ -858,7 +612,7 @@ _legacy_producers = set()
 def _describe_producer(tp, exchange=True):
     """What _core.from_dlpack needs to know of a producer type, asked once
     per type: its DLPack C exchange API capsule (unless exchange is false:
-    the ctypes path cannot call it); or a stream probe, probe(device_id) ->
+    _stream_probe asks for the probe alone); or a stream probe, probe(device_id) ->
     the stream the producer's __dlpack__ orders its writes from (passed back
     as stream=, the producer has nothing to order: no event, as with the
     exchange API), or None when unknown; or None."""
@@ -925,13 +679,12 @@ def _cupy_stream_probe():
 
 
 def _torch_stream_probe():
-    """PyTorch's current stream on a device, for the ctypes path (PyTorch
-    2.11's C exchange API already names it on the fast path) and PyTorch
-    before 2.11. Asked for __dlpack__(stream=<that stream>) PyTorch records
+    """PyTorch's current stream on a device, for PyTorch before 2.11 (2.11's
+    C exchange API names it itself) and imports that do not take the C
+    exchange API. Asked for __dlpack__(stream=<that stream>) PyTorch records
     no event: with our work stream instead, every import paid for a
     torch.cuda.ExternalStream, an Event, its record and a stream wait (about
-    8 us on the H100, the ctypes path's whole regression against 922d2a6,
-    whose work stream was the legacy default stream, PyTorch's own). The
+    8 us on the H100). The
     import is then pending on that stream, and readers on other streams are
     ordered after it when they need it (one event, lazily), as with the
     exchange API. PyTorch's default stream (raw handle 0) is the legacy
@@ -954,12 +707,12 @@ def from_dlpack(obj, *, device=None, copy=None):
     zero-copy unless a copy is asked for (copy=True) or needed (device
     differs). copy=False makes a needed copy a BufferError."""
     global _checked_device
-    if _core is not None and device is None and copy is None:
+    if device is None and copy is None:
         # The common case in one C call (_core.c's from_dlpack: capsules,
         # DLPack 1.3's C exchange API of PyTorch 2.11 and dlbridge, and
         # __dlpack__); it leaves the unusual cases and every error message to
         # the code below.
-        t = _core_from_dlpack(Tensor, obj, _legacy_producers, _describe_producer)
+        t = _core.from_dlpack(Tensor, obj, _legacy_producers, _describe_producer)
         if t is not NotImplemented:
             return t
     want = None if device is None else C.device(device)
@@ -999,7 +752,7 @@ def from_dlpack(obj, *, device=None, copy=None):
                 if probe is not None:
                     stream = pending = probe(src[1]) or None
             if stream is None:
-                stream = _work_streams.get(src[1]) or _work_stream(src[1])
+                stream = _core.dlb_work_stream(src[1])
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
             kwargs["dl_device"] = want
@@ -1084,10 +837,9 @@ def _from_interface(obj, d, kind):
     if not isinstance(typestr, bytes) or b"\0" in typestr:
         raise TypeError("dlbridge: %s 'typestr'=%s is not a type string such as '<f4'" % (what, C.show(typestr)))
     has_mask = int(d.get("mask") is not None)
-    _lib.Py_IncRef(owner)  # the tensor's owner drops it when the memory is released
-    t = _new(_lib.from_memory, kind, ptr, int(ro), typestr, nd, _i64_array(shape),
-             _i64_array(strides) if strides is not None else None, version, int(stream is not None),
-             stream or 0, has_mask, CUDA if kind == 0 else CPU, -1 if kind == 0 else 0, id(owner))
+    # The tensor takes a reference on owner, dropped when the memory is released.
+    t = _core.dlb_from_memory(kind, ptr, int(ro), typestr, nd, shape, strides, version, int(stream is not None),
+                              stream or 0, has_mask, CUDA if kind == 0 else CPU, -1 if kind == 0 else 0, owner)
     if buf is not None:
         _check_within(t, buf, what)
     return t
@@ -1128,10 +880,9 @@ def _cai_common(obj, d):
     has_stream = stream is not None
     if has_stream and stream > _INT64_MAX:
         stream -= 2**64  # C.as_int64_bits: the handle's bits as int64
-    _lib.Py_IncRef(obj)  # the tensor's owner drops it when the memory is released
-    return _new(_lib.from_memory, 0, data[0], int(data[1]), typestr.encode(), nd, _i64_array(shape),
-                _i64_array(strides) if strides is not None else None, version, int(has_stream),
-                stream or 0, int(d.get("mask") is not None), CUDA, -1, id(obj))
+    # The tensor takes a reference on obj, dropped when the memory is released.
+    return _core.dlb_from_memory(0, data[0], int(data[1]), typestr, nd, shape, strides, version, int(has_stream),
+                                 stream or 0, int(d.get("mask") is not None), CUDA, -1, obj)
 
 
 def _interface_buffer(src, d, what):
@@ -1145,10 +896,7 @@ def _interface_buffer(src, d, what):
                         % (what, C.show(src), type(src).__name__)) from None
     if not mv.c_contiguous:
         raise BufferError("dlbridge: %s 'data' is a buffer that is not C-contiguous" % what)
-    pb = _lib.PyBuffer()
-    _lib.PyObject_GetBuffer(mv, ctypes.byref(pb), 0)  # PyBUF_SIMPLE: pointer and length
-    base, size, ro = pb.buf or 0, pb.len, bool(pb.readonly)
-    _lib.PyBuffer_Release(ctypes.byref(pb))
+    base, size, ro = _core.buffer(mv, False)[:3]
     off = C.integer(d.get("offset", 0), "offset", C.INT64)
     if not 0 <= off <= size:
         raise BufferError("dlbridge: %s offset=%d outside its %d-byte buffer (0..%d)" % (what, off, size, size))
@@ -1173,22 +921,11 @@ def _check_within(t, buf, what):
 def _from_buffer(obj):
     """A host tensor over obj's memory through the buffer protocol."""
     mv = memoryview(obj)  # our own view: a caller's memoryview cannot be released under us
-    buf = _lib.PyBuffer()
-    _lib.PyObject_GetBuffer(mv, ctypes.byref(buf), _lib.PyBUF_RECORDS_RO)
-    try:
-        nd = buf.ndim
-        shape = tuple(buf.shape[i] for i in range(nd)) if nd else ()
-        strides = tuple(buf.strides[i] for i in range(nd)) if (nd and buf.strides) else None
-        fmt = buf.format.decode() if buf.format else "B"
-        itemsize, ptr, ro = buf.itemsize, buf.buf or 0, buf.readonly
-    finally:
-        _lib.PyBuffer_Release(ctypes.byref(buf))
+    ptr, _, ro, shape, strides, fmt, itemsize = _core.buffer(mv, True)
     typestr = _dtypes.typestr_of_format(fmt, itemsize).encode()
-    st = _i64_array(strides) if strides is not None else None
-    # The memoryview holds the buffer export: the tensor keeps it alive.
-    _lib.Py_IncRef(mv)
-    return _new(_lib.from_memory, 1, ptr, int(bool(ro)), typestr, nd, _i64_array(shape), st, 3,
-                0, 0, 0, CPU, 0, id(mv))
+    # The tensor takes a reference on mv, dropped when the memory is released.
+    return _core.dlb_from_memory(1, ptr, int(bool(ro)), typestr, len(shape), shape, strides, 3,
+                                 0, 0, 0, CPU, 0, mv)
 
 
 def asarray(obj):

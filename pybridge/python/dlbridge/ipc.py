@@ -29,39 +29,15 @@ behind this is package zerocopy/ipc; docs/ipc.md has the design.
 """
 
 import atexit
-import ctypes
 import os
 import tempfile
 import threading
 import weakref
 
 from . import _lib
-from ._tensor import Tensor, _dtype_bytes, _i64_array, _new
+from ._tensor import Tensor, _dtype_bytes
 
-_u64, _i64, _i32 = ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32
-_pu64, _pi64 = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int64)
-_pinfo = ctypes.POINTER(_lib.Info)
-_cstr = ctypes.c_char_p
-
-_pool_new = _lib._declare("dlb_ipc_pool_new", _i32, _i32, _i64, _pu64)
-_pool_empty = _lib._declare("dlb_ipc_pool_empty", _i32, _u64, _cstr, _i32, _pi64, _i32, _pu64, _pinfo)
-_pool_copy_in = _lib._declare("dlb_ipc_pool_copy_in", _i32, _u64, _u64, _pu64, _pinfo)
-_pool_usage = _lib._declare("dlb_ipc_pool_usage", _i32, _u64, _pi64)
-_pool_trim = _lib._declare("dlb_ipc_pool_trim", _i32, _u64)
-_pool_cached = _lib._declare("dlb_ipc_pool_cached", _i32, _u64, _pi64)
-_mapped = _lib._declare("dlb_ipc_mapped", _i32, _u64, _pi64)
-_listen = _lib._declare("dlb_ipc_listen", _i32, _cstr, _pu64)
-_accept = _lib._declare("dlb_ipc_accept", _i32, _u64, _pu64)
-_dial = _lib._declare("dlb_ipc_dial", _i32, _cstr, _pu64)
-_serve = _lib._declare("dlb_ipc_serve", _i32, _cstr, _pu64)
-_offer = _lib._declare("dlb_ipc_offer", _i32, _u64, _u64, _u64, _i64, _i32, _pu64)
-_claim = _lib._declare("dlb_ipc_claim", _i32, _u64, _u64, _pu64, _pinfo)
-_send = _lib._declare("dlb_ipc_send", _i32, _u64, _u64, _u64, _i64)
-_recv = _lib._declare("dlb_ipc_recv", _i32, _u64, _pu64, _pinfo)
-_leases = _lib._declare("dlb_ipc_leases", _i32, _u64, _pi64)
-_close = _lib._declare("dlb_ipc_close", _i32, _u64)
-_set_timeout = _lib._declare("dlb_ipc_set_timeout", _i32, _u64, _i64, _i64)
-_pool_set_timeout = _lib._declare("dlb_ipc_pool_set_timeout", _i32, _u64, _i64)
+_core = _lib._core
 
 _ENDED = "dlbridge.ipc: the connection ended"
 _TIMED_OUT = "dlbridge.ipc: timed out"
@@ -76,12 +52,6 @@ def _timed(fn, *args):
         if str(e).startswith(_TIMED_OUT):
             raise TimeoutError(str(e)) from None
         raise
-
-
-def _handle(fn, *args):
-    h = ctypes.c_uint64()
-    _lib.check(fn(*args, ctypes.byref(h)))
-    return h.value
 
 
 def _path(path):
@@ -99,7 +69,7 @@ class _Object:
     def close(self):
         h, self._h = self._h, 0
         if h:
-            _lib.check(_close(h))
+            _core.dlb_ipc_close(h)
 
     def __del__(self):
         try:
@@ -135,7 +105,7 @@ class Pool(_Object):
         elif isinstance(device, str):
             device = int(device.split(":")[1]) if ":" in device else 0
         self.device = int(device)
-        self._h = _handle(_pool_new, self.device, int(limit))
+        self._h = _core.dlb_ipc_pool_new(self.device, int(limit))
 
     def empty(self, shape, dtype="float32"):
         """An uninitialized C-contiguous tensor from the pool."""
@@ -147,7 +117,7 @@ class Pool(_Object):
 
     def _alloc(self, shape, dtype, zero):
         dims = (shape,) if isinstance(shape, int) else tuple(shape)
-        return _new(_pool_empty, self._live(), _dtype_bytes(dtype), len(dims), _i64_array(dims), zero)
+        return _core.dlb_ipc_pool_empty(self._live(), _dtype_bytes(dtype), len(dims), dims, zero)
 
     def copy_in(self, t):
         """A copy of tensor t (any device; DLPack objects too) in the pool:
@@ -156,15 +126,13 @@ class Pool(_Object):
             from ._tensor import from_dlpack
 
             t = from_dlpack(t)
-        return _new(_pool_copy_in, self._live(), t._handle())
+        return _core.dlb_ipc_pool_copy_in(self._live(), t._handle())
 
     def usage(self):
         """(reserved bytes, used bytes, live allocations). Used bytes
         include the cached allocations until ``trim()``; live allocations
         do not count them."""
-        out = (ctypes.c_int64 * 3)()
-        _lib.check(_pool_usage(self._live(), out))
-        return tuple(out)
+        return _core.dlb_ipc_pool_usage(self._live())
 
     def trim(self):
         """Free the cached allocations: each peer that maps one unmaps it
@@ -172,19 +140,17 @@ class Pool(_Object):
         TimeoutError names the peers that did not answer in time
         (``set_timeout``), whose allocations are freed once they answer or
         go away."""
-        _timed(lambda: _lib.check(_pool_trim(self._live())))
+        _timed(_core.dlb_ipc_pool_trim, self._live())
 
     def set_timeout(self, seconds):
         """How long trim, close and an allocation at the limit wait for
         peers to answer (2 s by default; 0: the default)."""
-        _lib.check(_pool_set_timeout(self._live(), int(float(seconds) * 1000)))
+        _core.dlb_ipc_pool_set_timeout(self._live(), int(float(seconds) * 1000))
 
     @property
     def cached(self):
         """(cached allocations, their bytes)."""
-        out = (ctypes.c_int64 * 2)()
-        _lib.check(_pool_cached(self._live(), out))
-        return tuple(out)
+        return _core.dlb_ipc_pool_cached(self._live())
 
 
 class Connection(_Object):
@@ -204,13 +170,13 @@ class Connection(_Object):
         from ._stream import as_stream_handle
 
         s = 0 if stream is None else as_stream_handle(stream)
-        _timed(lambda: _lib.check(_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)))
+        _timed(_core.dlb_ipc_send, self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)
 
     def recv(self):
         """The next tensor the peer sent (a view of the peer's memory, no
         copy). EOFError once the peer closed the connection or died."""
         try:
-            return _timed(_new, _recv, self._live())
+            return _timed(_core.dlb_ipc_recv, self._live())
         except BufferError as e:
             if str(e).startswith(_ENDED):
                 raise EOFError(str(e)) from None
@@ -218,7 +184,7 @@ class Connection(_Object):
 
     def claim(self, token):
         """The tensor a Server offered under ``token``."""
-        return _timed(_new, _claim, self._live(), int(token))
+        return _timed(_core.dlb_ipc_claim, self._live(), int(token))
 
     def set_timeout(self, answer=None, recv=None):
         """Deadlines in seconds (0: none; None: unchanged): ``answer`` for
@@ -230,14 +196,12 @@ class Connection(_Object):
         def ms(v):
             return -1 if v is None else int(float(v) * 1000)
 
-        _lib.check(_set_timeout(self._live(), ms(answer), ms(recv)))
+        _core.dlb_ipc_set_timeout(self._live(), ms(answer), ms(recv))
 
     @property
     def leases(self):
         """Tensors sent over this connection that the peer still holds."""
-        n = ctypes.c_int64()
-        _lib.check(_leases(self._live(), ctypes.byref(n)))
-        return n.value
+        return _core.dlb_ipc_leases(self._live())
 
     @property
     def mapped(self):
@@ -252,9 +216,7 @@ class Connection(_Object):
         return self._mapped()[1]
 
     def _mapped(self):
-        out = (ctypes.c_int64 * 2)()
-        _lib.check(_mapped(self._live(), out))
-        return tuple(out)
+        return _core.dlb_ipc_mapped(self._live())
 
 
 class Listener(_Object):
@@ -262,11 +224,11 @@ class Listener(_Object):
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        self._h = _handle(_listen, _path(path))
+        self._h = _core.dlb_ipc_listen(_path(path))
 
     def accept(self):
         """Wait for the next peer (the GIL is released meanwhile)."""
-        return Connection(_handle(_accept, self._live()))
+        return Connection(_core.dlb_ipc_accept(self._live()))
 
 
 _live_conns = weakref.WeakSet()
@@ -292,7 +254,7 @@ def listen(path):
 
 def connect(path):
     """A Connection to the Listener or Server at ``path``."""
-    return Connection(_handle(_dial, _path(path)))
+    return Connection(_core.dlb_ipc_dial(_path(path)))
 
 
 class Server(_Object):
@@ -301,14 +263,14 @@ class Server(_Object):
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        self._h = _handle(_serve, _path(path))
+        self._h = _core.dlb_ipc_serve(_path(path))
 
     def offer(self, tensor, pool=None, ttl=300.0, uses=0):
         """Offer ``tensor`` (memory of ``pool``; None: the pool of this
         process that holds it) for ``ttl`` seconds, ``uses`` claims (0: any
         number); returns the token."""
         ph = pool._live() if pool is not None else 0
-        return _handle(_offer, self._live(), ph, tensor._handle(), int(ttl * 1000), int(uses))
+        return _core.dlb_ipc_offer(self._live(), ph, tensor._handle(), int(ttl * 1000), int(uses))
 
 
 class Serving(Listener):

@@ -6,10 +6,12 @@
 // consumer (of PyTorch's).
 //
 // Loading. The extension does not link against libdlbridge: importing
-// dlbridge must not start the Go runtime. dlbridge._lib loads the library at
-// the first call that needs it and hands its table of entry points (pyabi.h)
-// to bind(); the functions here that can be a process's first dlbridge call
-// (take, from_dlpack) ask dlbridge._lib to load it.
+// dlbridge must not start the Go runtime. dlbridge._lib picks the library
+// at the first call that needs it and hands its path to load(), which opens
+// it and looks up every export (dlbridge.h's dlb_exports, generated from
+// the Go source with the Python function of each, _exports.h); every
+// function here that can be a process's first dlbridge call asks
+// dlbridge._lib to load it.
 //
 // Ownership. A handle (pybridge's table) holds one reference on a tensor's
 // memory. _CTensor wraps the handle in a keeper: a C refcount that the
@@ -21,7 +23,7 @@
 // a reference of their own.
 //
 // Fork. In a child forked after the library was loaded the Go runtime is
-// gone (pyabi.h's forked flag): every call that would enter Go raises
+// gone (capi/pyext.c's dlb_forked_flag): every call that would enter Go raises
 // RuntimeError instead, and releasing a keeper there frees nothing of Go's.
 //
 // Free-threaded CPython: the module does not declare Py_mod_gil, so such an
@@ -36,7 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pyabi.h"
+#include <dlfcn.h>
+
+#include "dlbridge.h"
+#include "pyapi.h"
 
 _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "the buffer protocol shares the int64 shape array");
 
@@ -82,8 +87,15 @@ PyAPI_FUNC(int) PyObject_CheckBuffer(PyObject *obj);
 #define DLB_CUDA_HOST 3
 #define DLB_CUDA_MANAGED 13
 
-// The library's entry points; NULL until dlbridge._lib binds them.
-static const dlb_pyext_api *T;
+// The library's entry points, set by load(); and its C functions and
+// counters beside the Go exports (pyapi.h, capi/pyext.c).
+static dlb_exports E;
+static struct {
+	int loaded;
+	const char *(*last_error)(void);
+	_Atomic int64_t *fast_made, *fast_live; // the extension's own DLPack exports: made, still alive
+	const _Atomic int *forked;              // set in a child forked after the library was loaded
+} L;
 
 static const char fork_msg[] =
 	"dlbridge: this process was forked after dlbridge started its library (and the Go runtime) in the "
@@ -91,20 +103,20 @@ static const char fork_msg[] =
 	"dlbridge in subprocesses, use the 'spawn' or 'forkserver' start method of multiprocessing "
 	"(multiprocessing.set_start_method('spawn')), or fork before dlbridge's first use";
 
-static int forked(void) { return T && atomic_load_explicit(T->forked, memory_order_relaxed); }
+static int forked(void) { return L.loaded && atomic_load_explicit(L.forked, memory_order_relaxed); }
 
-// load_library makes T usable: loads the library through dlbridge._lib if
+// load_library makes E usable: loads the library through dlbridge._lib if
 // needed; -1 with an exception set if it cannot be (also in a forked child).
 static int load_library(void) {
-	if (!T) {
+	if (!L.loaded) {
 		PyObject *m = PyImport_ImportModule("dlbridge._lib");
 		if (!m) return -1;
 		PyObject *r = PyObject_CallMethod(m, "load", NULL);
 		Py_DECREF(m);
 		if (!r) return -1;
 		Py_DECREF(r);
-		if (!T) {
-			PyErr_SetString(PyExc_RuntimeError, "dlbridge: the library was loaded but not bound to dlbridge._core");
+		if (!L.loaded) {
+			PyErr_SetString(PyExc_RuntimeError, "dlbridge: dlbridge._lib.load() did not load the library");
 			return -1;
 		}
 	}
@@ -117,25 +129,18 @@ static int load_library(void) {
 
 #define NEED_LIBRARY(fail)                                 \
 	do {                                                   \
-		if ((!T || forked()) && load_library() < 0) fail; \
+		if ((!L.loaded || forked()) && load_library() < 0) fail; \
 	} while (0)
 
-// raise_code raises the exception of a pybridge.Code with msg.
-static void raise_code(int32_t code, const char *msg) {
-	PyObject *exc;
-	switch (code) {
-	case 1: exc = PyExc_BufferError; break;
-	case 2: exc = PyExc_TypeError; break;
-	case 3: exc = PyExc_ValueError; break;
-	case 4: exc = PyExc_MemoryError; break;
-	case 6: exc = PyExc_IndexError; break;
-	default: exc = PyExc_RuntimeError;
-	}
-	PyErr_SetString(exc, msg);
+// raise_last raises the exception of error class rc (dlbridge.h) that a
+// library entry point just returned, with its message; returns NULL.
+static PyObject *raise_last(int32_t rc) {
+	static const char *const names[DLB_ERROR_CLASS_COUNT] = {DLB_ERROR_CLASSES};
+	PyObject *exc = NULL;
+	if (rc > 0 && rc < DLB_ERROR_CLASS_COUNT) exc = PyDict_GetItemString(PyEval_GetBuiltins(), names[rc]);
+	PyErr_SetString(exc ? exc : PyExc_RuntimeError, L.last_error());
+	return NULL;
 }
-
-// raise_last raises the error a library entry point just returned.
-static void raise_last(int32_t rc) { raise_code(rc, T->last_error()); }
 
 static void call_deleter(void *mt, int versioned) {
 	if (!mt) return;
@@ -170,7 +175,7 @@ static void keeper_release(keeper *k) {
 	if (atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) == 1) {
 		// An error here (none expected) has no one to report to. In a forked
 		// child the handle stays open: Go cannot be entered there.
-		if (!forked()) T->close(k->handle);
+		if (!forked()) E.close(k->handle);
 		free(k);
 	}
 }
@@ -178,14 +183,14 @@ static void keeper_release(keeper *k) {
 static void fast_deleter_versioned(dlb_DLManagedTensorVersioned *mt) {
 	keeper *k = mt->manager_ctx;
 	free(mt);
-	atomic_fetch_sub(T->fast_live, 1);
+	atomic_fetch_sub(L.fast_live, 1);
 	keeper_release(k);
 }
 
 static void fast_deleter_legacy(dlb_DLManagedTensor *mt) {
 	keeper *k = mt->manager_ctx;
 	free(mt);
-	atomic_fetch_sub(T->fast_live, 1);
+	atomic_fetch_sub(L.fast_live, 1);
 	keeper_release(k);
 }
 
@@ -279,7 +284,7 @@ static int fill(CTensor *t, uint64_t h, const dlb_info *info, uint64_t epoch) {
 	if (n > INLINE_DIMS) {
 		int64_t *d = malloc(3 * sizeof(int64_t) * (size_t)n);
 		if (!d) {
-			T->close(h);
+			E.close(h);
 			PyErr_NoMemory();
 			return -1;
 		}
@@ -291,7 +296,7 @@ static int fill(CTensor *t, uint64_t h, const dlb_info *info, uint64_t epoch) {
 	t->bstrides = (Py_ssize_t *)(t->strides + cap);
 	t->keeper = keeper_new(h);
 	if (!t->keeper) {
-		T->close(h);
+		E.close(h);
 		PyErr_NoMemory();
 		return -1;
 	}
@@ -321,13 +326,13 @@ static int fill(CTensor *t, uint64_t h, const dlb_info *info, uint64_t epoch) {
 // new_tensor wraps handle h, whose info Go gave after epoch was read.
 static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info, uint64_t epoch) {
 	if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, ctensor_type)) {
-		T->close(h);
+		E.close(h);
 		PyErr_SetString(PyExc_TypeError, "dlbridge: the class must be a subclass of _CTensor");
 		return NULL;
 	}
 	CTensor *t = (CTensor *)PyType_GenericAlloc((PyTypeObject *)cls, 0);
 	if (!t) {
-		T->close(h);
+		E.close(h);
 		return NULL;
 	}
 	if (fill(t, h, info, epoch) < 0) {
@@ -344,11 +349,8 @@ static PyObject *new_tensor(PyObject *cls, uint64_t h, const dlb_info *info, uin
 static PyObject *import_tensor(PyObject *cls, void *mt, int versioned, int64_t pending) {
 	uint64_t h, e = epoch_now();
 	dlb_info info;
-	int32_t rc = pending ? T->import_on(mt, versioned, 1, pending, &h, &info) : T->import_(mt, versioned, 1, &h, &info);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	int32_t rc = pending ? E.import_on(mt, versioned, 1, pending, &h, &info) : E.import(mt, versioned, 1, &h, &info);
+	if (rc) return raise_last(rc);
 	return new_tensor(cls, h, &info, e);
 }
 
@@ -382,7 +384,7 @@ static int check_open(CTensor *t) {
 static int refresh_stream(CTensor *t) {
 	uint64_t e = epoch_now();
 	dlb_info info;
-	int32_t rc = T->info_get(t->handle, &info);
+	int32_t rc = E.info_get(t->handle, &info);
 	if (rc) {
 		raise_last(rc);
 		return -1;
@@ -435,8 +437,8 @@ static void *fast_export(CTensor *t, int versioned) {
 	d->strides = n ? strides : shape;
 	d->byte_offset = 0;
 	keeper_retain(t->keeper);
-	atomic_fetch_add(T->fast_made, 1);
-	atomic_fetch_add(T->fast_live, 1);
+	atomic_fetch_add(L.fast_made, 1);
+	atomic_fetch_add(L.fast_live, 1);
 	return p;
 }
 
@@ -473,7 +475,7 @@ static PyObject *show_value(PyObject *v) {
 }
 
 // bad_value raises exc with "dlbridge: FIELD=VALUE (TYPE) WHAT", the
-// message _convert gives on the ctypes path.
+// message _convert gives for the same value.
 static void bad_value(PyObject *exc, const char *field, PyObject *v, const char *what) {
 	PyObject *shown = show_value(v);
 	PyObject *tn = shown ? type_name(v) : NULL;
@@ -710,12 +712,9 @@ static PyObject *ct_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nar
 		mt = fast_export(t, versioned);
 		if (!mt) return PyErr_NoMemory();
 	} else {
-		int32_t rc = T->export_(t->handle, versioned, has_stream, (int64_t)s, has_dev, (int32_t)dev[0],
+		int32_t rc = E.export(t->handle, versioned, has_stream, (int64_t)s, has_dev, (int32_t)dev[0],
 					(int32_t)dev[1], cm, &mt);
-		if (rc) {
-			raise_last(rc);
-			return NULL;
-		}
+		if (rc) return raise_last(rc);
 	}
 	PyObject *cap = PyCapsule_New(mt, versioned ? name_versioned : name_legacy, capsule_destructor);
 	if (!cap) call_deleter(mt, versioned);
@@ -733,6 +732,13 @@ static PyObject *dev_tuple(CTensor *t) {
 	}
 	Py_INCREF(t->dev_t);
 	return t->dev_t;
+}
+
+static PyObject *ct_refresh_stream(PyObject *self, PyObject *unused) {
+	CTensor *t = (CTensor *)self;
+	if (check_open(t) < 0) return NULL;
+	if (t->dev_type == DLB_CUDA && refresh_stream(t) < 0) return NULL;
+	Py_RETURN_NONE;
 }
 
 static PyObject *ct_dlpack_device(PyObject *self, PyObject *unused) { return dev_tuple((CTensor *)self); }
@@ -881,6 +887,7 @@ static PyMethodDef ct_methods[] = {
 	{"close", ct_close, METH_NOARGS, "Release this tensor's hold on its memory. Idempotent."},
 	{"_pin", ct_pin, METH_NOARGS, "Keep the memory until this object is collected."},
 	{"_share", ct_share, METH_NOARGS, "Note that the address went out of dlbridge (data_ptr, handle)."},
+	{"_refresh_stream", ct_refresh_stream, METH_NOARGS, "Ask Go again for the stream of the write pending (CUDA)."},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -937,11 +944,8 @@ static PyObject *m_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	NEED_LIBRARY(return NULL);
 	uint64_t e = epoch_now();
 	dlb_info info;
-	int32_t rc = T->info_get(h, &info);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	int32_t rc = E.info_get(h, &info);
+	if (rc) return raise_last(rc);
 	return new_tensor(args[0], h, &info, e);
 }
 
@@ -1135,12 +1139,9 @@ static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
 	NEED_LIBRARY(return NULL);
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = T->copy_on(dst->handle, src->handle, stream, nb);
+	rc = E.copy_on(dst->handle, src->handle, stream, nb);
 	Py_END_ALLOW_THREADS
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	if (copied_into(dst, nb) < 0) return NULL;
 	Py_RETURN_NONE;
 }
@@ -1240,13 +1241,10 @@ static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	int mode = dst->dev_type == DLB_CUDA && alone(dst) ? 2 : 0;
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = T->copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, stream, mode);
+	rc = E.copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, stream, mode);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	if (copied_into(dst, mode) < 0) return NULL;
 	Py_RETURN_NONE;
 }
@@ -1267,12 +1265,9 @@ static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	dlb_info info;
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = T->to_on(t->handle, (int32_t)dt, (int32_t)di, stream, nb, &h, &info);
+	rc = E.to_on(t->handle, (int32_t)dt, (int32_t)di, stream, nb, &h, &info);
 	Py_END_ALLOW_THREADS
-	if (rc) {
-		raise_last(rc);
-		return NULL;
-	}
+	if (rc) return raise_last(rc);
 	return new_tensor(args[0], h, &info, e);
 }
 
@@ -1309,9 +1304,9 @@ static PyObject *producer_kind(PyTypeObject *tp, PyObject *describe) {
 static _Atomic int64_t work_streams[WORK_STREAM_CACHE];
 
 static int64_t work_stream(int32_t dev_id) {
-	if (dev_id < 0 || dev_id >= WORK_STREAM_CACHE) return T->work_stream(dev_id);
+	if (dev_id < 0 || dev_id >= WORK_STREAM_CACHE) return E.work_stream(dev_id);
 	int64_t s = atomic_load_explicit(&work_streams[dev_id], memory_order_relaxed);
-	if (!s) atomic_store_explicit(&work_streams[dev_id], s = T->work_stream(dev_id), memory_order_relaxed);
+	if (!s) atomic_store_explicit(&work_streams[dev_id], s = E.work_stream(dev_id), memory_order_relaxed);
 	return s;
 }
 
@@ -1450,33 +1445,43 @@ static PyObject *m_set_tensor_class(PyObject *mod, PyObject *cls) {
 	Py_RETURN_NONE;
 }
 
-// bind(address) takes the library's table (dlb_pyext_table()).
-static PyObject *m_bind(PyObject *mod, PyObject *arg) {
-	unsigned long long a = PyLong_AsUnsignedLongLong(arg);
-	if (a == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-	const dlb_pyext_api *t = (const dlb_pyext_api *)(uintptr_t)a;
-	if (!t) {
-		PyErr_SetString(PyExc_ValueError, "dlbridge: bind: NULL table");
+// load(path) opens the library at path and looks up its exports; a second
+// load of another library is refused (tensors close their handles through
+// the first). OSError when the library cannot be opened.
+static PyObject *m_load(PyObject *mod, PyObject *arg) {
+	const char *path = PyUnicode_AsUTF8AndSize(arg, NULL);
+	if (!path) return NULL;
+	if (L.loaded) Py_RETURN_NONE;
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *err = dlerror();
+		PyErr_SetString(PyExc_OSError, err ? err : path);
 		return NULL;
 	}
-	if (t->version != DLB_PYEXT_API_VERSION || t->size < sizeof(dlb_pyext_api)) {
-		PyErr_Format(PyExc_ImportError,
-			     "dlbridge: the library's extension table has version %u and size %u, dlbridge._core needs "
-			     "version %d and size %d: rebuild the library and the package together",
-			     (unsigned)t->version, (unsigned)t->size, DLB_PYEXT_API_VERSION, (int)sizeof(dlb_pyext_api));
+	static const char *const names[] = {DLB_EXPORT_NAMES};
+	_Static_assert(sizeof names / sizeof names[0] * sizeof(void (*)(void)) == sizeof(dlb_exports), "one name a field");
+	void (**slot)(void) = (void (**)(void))&E;
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		if (!(*(void **)&slot[i] = dlsym(h, names[i]))) {
+			PyErr_Format(PyExc_ImportError,
+				     "dlbridge: %s has no function %s: it was built from another version of dlbridge; "
+				     "rebuild the library and the package together",
+				     path, names[i]);
+			return NULL;
+		}
+	}
+	if (!(*(void **)&L.last_error = dlsym(h, "dlb_last_error")) ||
+	    !(L.fast_made = dlsym(h, "dlb_fast_made")) || !(L.fast_live = dlsym(h, "dlb_fast_live")) ||
+	    !(L.forked = dlsym(h, "dlb_forked_flag"))) {
+		PyErr_Format(PyExc_ImportError, "dlbridge: %s lacks dlbridge's C functions: rebuild it", path);
 		return NULL;
 	}
-	if (T && T != t) {
-		// Tensors of the first library close their handles through it.
-		PyErr_SetString(PyExc_RuntimeError, "dlbridge: dlbridge._core is already bound to another library");
-		return NULL;
-	}
-	T = t;
+	L.loaded = 1;
 	Py_RETURN_NONE;
 }
 
 // bound() reports whether a library is bound (for tests of lazy loading).
-static PyObject *m_bound(PyObject *mod, PyObject *unused) { return PyBool_FromLong(T != NULL); }
+static PyObject *m_bound(PyObject *mod, PyObject *unused) { return PyBool_FromLong(L.loaded); }
 
 // Producer side, installed as _CTensor.__dlpack_c_exchange_api__.
 static int ex_from_py(void *obj, dlb_DLManagedTensorVersioned **out) {
@@ -1489,7 +1494,7 @@ static int ex_from_py(void *obj, dlb_DLManagedTensorVersioned **out) {
 	if (t->dev_type == DLB_CUDA && t->stream) {
 		// The consumer orders itself after our work stream only (it asked
 		// current_work_stream): put the tensor's pending write before it.
-		int32_t rc = T->order_before(t->handle, T->work_stream(t->dev_id));
+		int32_t rc = E.order_before(t->handle, E.work_stream(t->dev_id));
 		if (rc) {
 			raise_last(rc);
 			return -1;
@@ -1509,7 +1514,7 @@ static int ex_to_py(dlb_DLManagedTensorVersioned *mt, void **out) {
 		PyErr_SetString(PyExc_RuntimeError, "dlbridge: the Python package did not register its Tensor class");
 		return -1;
 	}
-	if ((!T || forked()) && load_library() < 0) {
+	if ((!L.loaded || forked()) && load_library() < 0) {
 		call_deleter(mt, 1);
 		return -1;
 	}
@@ -1546,27 +1551,27 @@ static int ex_stream(int32_t dev_type, int32_t dev_id, void **out) {
 		*out = NULL;
 		return 0;
 	}
-	if ((!T || forked()) && load_library() < 0) return -1;
-	*out = (void *)(uintptr_t)T->work_stream(dev_id);
+	if ((!L.loaded || forked()) && load_library() < 0) return -1;
+	*out = (void *)(uintptr_t)E.work_stream(dev_id);
 	return 0;
 }
 
 // May be called without the GIL: errors go through set_error only.
 static int ex_alloc(dlb_DLTensor *proto, dlb_DLManagedTensorVersioned **out, void *ctx,
 		    void (*set_error)(void *, const char *, const char *)) {
-	if (!T || forked()) {
+	if (!L.loaded || forked()) {
 		if (set_error)
 			set_error(ctx, "RuntimeError",
-				  T ? fork_msg : "dlbridge: the library is not loaded (no dlbridge call was made yet)");
+				  L.loaded ? fork_msg : "dlbridge: the library is not loaded (no dlbridge call was made yet)");
 		return -1;
 	}
 	void *mt = NULL;
-	int32_t rc = T->alloc_export(proto->ndim, proto->shape, proto->dtype.code, proto->dtype.bits, proto->dtype.lanes,
+	int32_t rc = E.alloc_export(proto->ndim, proto->shape, proto->dtype.code, proto->dtype.bits, proto->dtype.lanes,
 				     proto->device.device_type, proto->device.device_id, &mt);
 	if (rc) {
 		static const char *names[7] = {"RuntimeError", "BufferError", "TypeError", "ValueError",
 					       "MemoryError", "RuntimeError", "IndexError"};
-		if (set_error) set_error(ctx, names[rc >= 1 && rc <= 6 ? rc : 0], T->last_error());
+		if (set_error) set_error(ctx, names[rc >= 1 && rc <= 6 ? rc : 0], L.last_error());
 		return -1;
 	}
 	*out = mt;
@@ -1606,7 +1611,7 @@ typedef struct {
 } gofn;
 
 // The Python helpers of every call (set_call_helpers): asarray(obj) for
-// tensors without a fast path; stream_of(obj) -> (handle, device) for an
+// arguments that are neither a dlbridge tensor nor a NumPy array read here; stream_of(obj) -> (handle, device) for an
 // explicit stream=; finish(results, like, result_type) turning tensor
 // results into the caller's framework's; describe(type), the producer
 // kinds of from_dlpack.
@@ -1951,7 +1956,7 @@ static void give_back(argkeep *k, dlb_arg *a) {
 			Py_INCREF(keep);
 		}
 		PyErr_Restore(et, ev, tb);
-		T->call_keep(a->kept, keep); // Go owns the reference now
+		E.call_keep(a->kept, keep); // Go owns the reference now
 	}
 	if (k->has_buf) PyBuffer_Release(&k->buf);
 	if (a->kind == DLB_ARG_MEMORY && k->has_buf && a->strides != k->strides) PyMem_Free((void *)a->strides);
@@ -2062,7 +2067,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 	int32_t rc;
 	dlb_info one;
 	Py_BEGIN_ALLOW_THREADS
-	rc = T->call(g->index, np, a, stream, stream_dev, nr, nr ? res : NULL, infos ? infos : (nr ? &one : NULL));
+	rc = E.call(g->index, np, a, stream, stream_dev, nr, nr ? res : NULL, infos ? infos : (nr ? &one : NULL));
 	Py_END_ALLOW_THREADS
 	if (rc) {
 		raise_last(rc);
@@ -2094,7 +2099,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 				case DLB_ARG_STR: v = PyUnicode_DecodeUTF8(x->s ? x->s : "", x->slen, "surrogateescape"); break;
 				default: PyErr_SetString(PyExc_RuntimeError, "dlbridge: a Go result of an unknown kind");
 				}
-			if (x->kind == DLB_RES_TENSOR && x->handle) T->close(x->handle); // not wrapped: give it back
+			if (x->kind == DLB_RES_TENSOR && x->handle) E.close(x->handle); // not wrapped: give it back
 			free(x->s);
 			if (!failed && !v) failed = 1;
 			if (!failed) PyTuple_SetItem(tup, r, v);
@@ -2229,6 +2234,161 @@ static PyObject *m_set_call_helpers(PyObject *mod, PyObject *const *args, Py_ssi
 
 // ---- module ----
 
+// ---- the Python functions of the exports (_exports.h, generated) ----
+
+// X_INT and X_UINT take an integer argument of a generated function into v,
+// with int_arg's rules and messages (the range of ctype).
+static int x_uint(PyObject *v, const char *name, unsigned long long hi, const char *ctype, unsigned long long *out) {
+	if (!PyLong_CheckExact(v) && (bool_like(v) || !PyIndex_Check(v))) {
+		bad_value(PyExc_TypeError, name, v, "is not an integer");
+		return -1;
+	}
+	PyObject *i = PyNumber_Index(v);
+	if (!i) return -1;
+	unsigned long long x = PyLong_AsUnsignedLongLong(i);
+	int over = x == (unsigned long long)-1 && PyErr_Occurred(); // i is an int: negative or past 64 bits
+	if (over) PyErr_Clear();
+	if (over || x > hi) PyErr_Format(PyExc_ValueError, "dlbridge: %s=%S out of range for %s (0..%llu)", name, i, ctype, hi);
+	else *out = x;
+	Py_DECREF(i);
+	return over || x > hi ? -1 : 0;
+}
+
+#define X_INT(o, name, ctype, lo, hi, v)                                                   \
+	do {                                                                               \
+		long long t_;                                                              \
+		if (int_arg(o, name, -1, lo, hi, ctype, &t_) < 0) return NULL;             \
+		v = (__typeof__(v))t_;                                                     \
+	} while (0)
+#define X_UINT(o, name, ctype, hi, v)                                                      \
+	do {                                                                               \
+		unsigned long long t_;                                                     \
+		if (x_uint(o, name, hi, ctype, &t_) < 0) return NULL;                      \
+		v = (__typeof__(v))t_;                                                     \
+	} while (0)
+
+// x_str: bytes or str (UTF-8), None for NULL; valid while v lives.
+static int x_str(PyObject *v, const char *name, const char **out) {
+	if (v == Py_None) *out = NULL;
+	else if (PyBytes_Check(v)) *out = PyBytes_AsString(v);
+	else if (PyUnicode_Check(v)) *out = PyUnicode_AsUTF8AndSize(v, NULL);
+	else {
+		PyErr_Format(PyExc_TypeError, "dlbridge: %s must be bytes or str, not %R", name, (PyObject *)Py_TYPE(v));
+		return -1;
+	}
+	return *out || v == Py_None ? 0 : -1;
+}
+
+// x_seq: v as a tuple of at most 64 items (None: NULL), a new reference in *fast.
+static int x_seq(PyObject *v, const char *name, PyObject **fast, Py_ssize_t *n) {
+	*fast = NULL;
+	*n = 0;
+	if (v == Py_None) return 0;
+	if (!(*fast = PySequence_Tuple(v))) return -1;
+	if ((*n = PyTuple_Size(*fast)) > 64) {
+		PyErr_Format(PyExc_ValueError, "dlbridge: %s has %zd items, at most 64", name, *n);
+		Py_CLEAR(*fast);
+		return -1;
+	}
+	return 0;
+}
+
+#define X_INTS(T, LO, HI)                                                                             \
+	static int x_ints_##T(PyObject *v, const char *name, T##_t *buf, T##_t **out) {               \
+		PyObject *f;                                                                          \
+		Py_ssize_t n;                                                                         \
+		if (x_seq(v, name, &f, &n) < 0) return -1;                                            \
+		*out = f ? buf : NULL;                                                                \
+		for (Py_ssize_t i = 0; i < n; i++) {                                                  \
+			long long x;                                                                  \
+			if (int_arg(PyTuple_GetItem(f, i), name, (int)i, LO, HI, #T, &x) < 0) { \
+				Py_DECREF(f);                                                         \
+				return -1;                                                            \
+			}                                                                             \
+			buf[i] = (T##_t)x;                                                            \
+		}                                                                                     \
+		Py_XDECREF(f);                                                                        \
+		return 0;                                                                             \
+	}
+X_INTS(int64, INT64_MIN, INT64_MAX)
+X_INTS(int32, INT32_MIN, INT32_MAX)
+
+// x_items: a basic index as (kind, start, stop, step) tuples.
+static int x_items(PyObject *v, const char *name, dlb_index_item *buf, dlb_index_item **out) {
+	PyObject *f;
+	Py_ssize_t n;
+	if (x_seq(v, name, &f, &n) < 0) return -1;
+	*out = f ? buf : NULL;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		long long k;
+		dlb_index_item *it = &buf[i];
+		memset(it, 0, sizeof *it);
+		if (!PyArg_ParseTuple(PyTuple_GetItem(f, i), "LLLL", &k, &it->start, &it->stop, &it->step)) {
+			Py_DECREF(f);
+			return -1;
+		}
+		it->kind = (int32_t)k;
+	}
+	Py_XDECREF(f);
+	return 0;
+}
+
+// A dlb_scalar as (kind, i, u, re, im).
+static int x_scalar_in(PyObject *v, const char *name, dlb_scalar *s) {
+	memset(s, 0, sizeof *s);
+	return PyArg_ParseTuple(v, "iLKdd", &s->kind, &s->i, &s->u, &s->re, &s->im) ? 0 : -1;
+}
+
+static PyObject *x_scalar_out(const dlb_scalar *s) { return Py_BuildValue("(iLKdd)", s->kind, (long long)s->i, (unsigned long long)s->u, s->re, s->im); }
+
+static PyObject *x_tensor(uint64_t h, const dlb_info *info, uint64_t epoch) {
+	return new_tensor(tensor_class ? tensor_class : (PyObject *)ctensor_type, h, info, epoch);
+}
+
+// x_string returns the string at buf and frees it unless it is the
+// inline buffer; with rc non-zero it raises instead.
+static PyObject *x_string(char *buf, char *inline_buf, int32_t rc) {
+	PyObject *r = rc ? raise_last(rc) : PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+	if (buf != inline_buf) PyMem_Free(buf);
+	return r;
+}
+
+// check(rc) raises the exception of a status a Go function of the user's
+// own returned (pybridge.Fence), with Go's message.
+static PyObject *m_check(PyObject *mod, PyObject *arg) {
+	long rc = PyLong_AsLong(arg);
+	if (rc == -1 && PyErr_Occurred()) return NULL;
+	if (!rc) Py_RETURN_NONE;
+	NEED_LIBRARY(return NULL);
+	return raise_last((int32_t)rc);
+}
+
+// buffer(obj, full): obj's buffer as (pointer, length, readonly) and, when
+// full, also (shape, strides or None, format, itemsize).
+static PyObject *m_buffer(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 2, 2, "buffer") < 0) return NULL;
+	int full = PyObject_IsTrue(args[1]);
+	if (full < 0) return NULL;
+	Py_buffer b;
+	if (PyObject_GetBuffer(args[0], &b, full ? PyBUF_RECORDS_RO : 0) < 0) return NULL;
+	PyObject *r;
+	if (!full) r = Py_BuildValue("(KnO)", (unsigned long long)(uintptr_t)b.buf, b.len, b.readonly ? Py_True : Py_False);
+	else {
+		PyObject *shape = tuple_of((const int64_t *)b.shape, b.ndim);
+		PyObject *strides = b.strides && b.ndim ? tuple_of((const int64_t *)b.strides, b.ndim) : Py_NewRef(Py_None);
+		r = shape && strides ? Py_BuildValue("(KnOOOsn)", (unsigned long long)(uintptr_t)b.buf, b.len,
+						     b.readonly ? Py_True : Py_False, shape, strides, b.format ? b.format : "B",
+						     b.itemsize)
+				     : NULL;
+		Py_XDECREF(shape);
+		Py_XDECREF(strides);
+	}
+	PyBuffer_Release(&b);
+	return r;
+}
+
+#include "_exports.h"
+
 static PyMethodDef module_methods[] = {
 	{"wrap", (PyCFunction)(void (*)(void))m_wrap, METH_FASTCALL, "wrap(cls, handle): a cls instance owning handle."},
 	{"take", (PyCFunction)(void (*)(void))m_take, METH_FASTCALL,
@@ -2246,14 +2406,16 @@ static PyMethodDef module_methods[] = {
 	 "make_function(index, name, pyname, doc, names, kinds, required, result_kinds): a registered Go function."},
 	{"set_call_helpers", (PyCFunction)(void (*)(void))m_set_call_helpers, METH_FASTCALL,
 	 "set_call_helpers(asarray, stream_of, finish, describe): what calls of Go functions use."},
-	{"bind", m_bind, METH_O, "bind(address): use the library table at address (dlb_pyext_table())."},
+	{"check", m_check, METH_O, "check(rc): raise the exception of a non-zero status, with Go's message."},
+	{"buffer", (PyCFunction)(void (*)(void))m_buffer, METH_FASTCALL, "buffer(obj, full): obj's buffer protocol view."},
+	{"load", m_load, METH_O, "load(path): open the library at path and bind its exports."},
 	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
 	{NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
 	PyModuleDef_HEAD_INIT, "dlbridge._core",
-	"The CPython extension of dlbridge: the C base of dlbridge.Tensor and the DLPack fast paths.", -1,
+	"The CPython extension of dlbridge: the binding of libdlbridge and the C base of dlbridge.Tensor.", -1,
 	module_methods,
 };
 
@@ -2286,7 +2448,7 @@ PyMODINIT_FUNC PyInit__core(void) {
 		Py_DECREF(tp);
 		goto fail;
 	}
-	if (PyModule_AddIntConstant(m, "API_VERSION", DLB_PYEXT_API_VERSION) < 0) goto fail;
+	if (PyModule_AddFunctions(m, export_methods) < 0) goto fail;
 	return m;
 fail:
 	Py_DECREF(m);

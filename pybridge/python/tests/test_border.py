@@ -2,8 +2,7 @@
 entry point. Each bad row was accepted as a different, valid-looking tensor,
 leaked a reference or was reported misleadingly before the conversion layer
 (dlbridge/_convert.py); each good row guards against refusing too much. The
-messages are exact: both paths (the CPython fast path and
-DLBRIDGE_NO_FASTPATH=1) must write the same ones."""
+messages are exact."""
 
 import numpy as np
 import pytest

@@ -6,17 +6,19 @@ import gc
 import pytest
 
 import dlbridge
-from dlbridge import _lib
+from dlbridge import _lib  # noqa: F401
+
+import _pycapi
 
 from _hostile import Versioned  # dlpack.h's DLManagedTensorVersioned
 
 
 def _name(cap):
-    return _lib.PyCapsule_GetName(cap)
+    return _pycapi.PyCapsule_GetName(cap)
 
 
 def _struct(cap):
-    p = _lib.PyCapsule_GetPointer(cap, _name(cap))
+    p = _pycapi.PyCapsule_GetPointer(cap, _name(cap))
     return Versioned.from_address(p)
 
 

@@ -52,7 +52,7 @@ def fake_lib(tmp_path_factory):
 PRELUDE = r'''
 import ctypes, os, struct
 import dlbridge
-from dlbridge import _tensor
+from dlbridge import _lib
 assert dlbridge.cuda_available() and dlbridge.cuda_device_count() == 2
 fake = ctypes.CDLL(os.environ["DLBRIDGE_LIBCUDA"])
 fake.fakecuda_order_log.restype = ctypes.c_int
@@ -61,7 +61,7 @@ vp, u64 = ctypes.c_void_p, ctypes.c_uint64
 ctx = vp()
 assert fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
 assert fake.cuCtxSetCurrent(ctx) == 0
-WORK = _tensor._work_stream(0)
+WORK = _lib._core.dlb_work_stream(0)
 NAMES = {WORK: "work", 1: "legacy", 2: "per-thread"}
 
 def new_stream(name):
@@ -137,20 +137,15 @@ print('SCRIPT-OK')
 '''
 
 
-def run(fake_lib, body, fastpath=True):
+def run(fake_lib, body):
     env = dict(os.environ, DLBRIDGE_LIBCUDA=fake_lib, FAKECUDA_DEVICES="2")
     env.pop("DLBRIDGE_GPU", None)
-    if not fastpath:
-        env["DLBRIDGE_NO_FASTPATH"] = "1"
-    else:
-        env.pop("DLBRIDGE_NO_FASTPATH", None)
     script = PRELUDE + textwrap.dedent(body) + EPILOGUE
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "SCRIPT-OK" in r.stdout, "script failed:\n%s\n%s" % (r.stdout, r.stderr)
 
 
-@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
-def test_chain_orders_every_hop(fake_lib, fastpath):
+def test_chain_orders_every_hop(fake_lib):
     """producer (own stream) -> dlbridge (DLPack, stream=work) -> dlbridge
     (second hop) -> CAI -> consumers on their own streams: every consumer
     reads the producer's data; one event per pending write, one wait per
@@ -173,7 +168,7 @@ def test_chain_orders_every_hop(fake_lib, fastpath):
     cap3 = t3[:512].__dlpack__(stream=cons2, max_version=(1, 3))  # a view: same write, ordered already
     assert log() == ["r prod", "w work<-prod", "r work", "w cons<-work", "w cons2<-work"], log()
     assert read_f32(t3, cons) == [7.0] and read_f32(t3, cons2) == [7.0]
-    ''', fastpath)
+    ''')
 
 
 def test_chain_fails_without_the_handshake(fake_lib):
@@ -189,13 +184,12 @@ def test_chain_fails_without_the_handshake(fake_lib):
     ''')
 
 
-@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
-def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
+def test_cupy_like_producer_has_nothing_to_order(fake_lib):
     """A CuPy array (here a stand-in: its type's module is cupy, and a fake
     cupy package names the current stream) is asked for
     __dlpack__(stream=<CuPy's current stream>): the
     producer records no event, the import is pending on that stream, and a
-    consumer is ordered after it (both paths). On another device than CuPy's
+    consumer is ordered after it. On another device than CuPy's
     current one the producer orders before our work stream."""
     run(fake_lib, r"""
     import sys, types
@@ -221,13 +215,11 @@ def test_cupy_like_producer_has_nothing_to_order(fake_lib, fastpath):
     reset()
     t2 = dlbridge.from_dlpack(CupyLike(x, prod))
     assert t2._stream == WORK and log() == ["r prod", "w work<-prod"], log()
-    """, fastpath)
+    """)
 
 
-@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
-def test_torch_like_producer_has_nothing_to_order(fake_lib, fastpath):
-    """A PyTorch tensor without the C exchange API (PyTorch before 2.11, and
-    every PyTorch on the ctypes path, which cannot call that API; here a
+def test_torch_like_producer_has_nothing_to_order(fake_lib):
+    """A PyTorch tensor without the C exchange API (PyTorch before 2.11; here a
     stand-in whose type's module is torch, and a fake torch whose
     _C._cuda_getCurrentRawStream names the current stream per device) is
     asked for __dlpack__(stream=<its current stream>): no event, the import
@@ -248,8 +240,6 @@ def test_torch_like_producer_has_nothing_to_order(fake_lib, fastpath):
             asked.append(stream)
             return Producer.__dlpack__(self, stream=stream, **kw)
     TorchLike.__module__ = "torch"
-    if not dlbridge.fast_path:
-        TorchLike.__dlpack_c_exchange_api__ = object()  # PyTorch 2.11: not for ctypes
     x = dlbridge.zeros(1024, dtype="float32", device="cuda")
     x.copy_(x)
     slow_write(x, 7.0, prod)
@@ -267,7 +257,7 @@ def test_torch_like_producer_has_nothing_to_order(fake_lib, fastpath):
     reset()
     t3 = dlbridge.from_dlpack(TorchLike(x, prod))
     assert asked[-1] == WORK and t3._stream == WORK and log() == ["r prod", "w work<-prod"], log()
-    """, fastpath)
+    """)
 
 
 def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
@@ -320,16 +310,9 @@ def test_copy_between_private_device_tensors_stays_in_flight(fake_lib):
     alias.copy_(src)
     assert alias._stream == 0, "memory dlbridge did not allocate: complete on return"
     """)
-    run(fake_lib, r"""
-    src = dlbridge.arange(256, dtype="float32", device="cuda")
-    dst = dlbridge.zeros(256, dtype="float32", device="cuda")
-    dst.copy_(src)
-    assert dst._stream == 0, "the ctypes path keeps every blocking copy_ complete"
-    """, fastpath=False)
 
 
-@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
-def test_write_through_a_view_orders_every_view(fake_lib, fastpath):
+def test_write_through_a_view_orders_every_view(fake_lib):
     """A write left in flight through one view (copy_ with non_blocking) is
     pending on the memory: an export of the parent or of another view, and
     the parent's CUDA array interface, order the consumer after it."""
@@ -345,13 +328,13 @@ def test_write_through_a_view_orders_every_view(fake_lib, fastpath):
     reset()
     head.copy_(src, non_blocking=True)
     assert head._stream == WORK
-    if dlbridge.fast_path:  # the C base's cached stream follows the memory (_core.c's writes_epoch)
-        assert t._stream == WORK and tail._stream == WORK, (t._stream, tail._stream)
+    # the C base's cached stream follows the memory (_core.c's writes_epoch)
+    assert t._stream == WORK and tail._stream == WORK, (t._stream, tail._stream)
     assert t.__cuda_array_interface__["stream"] == WORK
     cap = t.__dlpack__(stream=cons, max_version=(1, 3))
     assert "w cons<-work" in log(), log()
     assert read_f32(t, cons) == sorted(set(range(128)) | {0}), read_f32(t, cons)[:4]
-    """, fastpath)
+    """)
 
 
 def test_cai_import_from_a_side_stream(fake_lib):
@@ -370,10 +353,9 @@ def test_cai_import_from_a_side_stream(fake_lib):
     ''')
 
 
-@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
-def test_copy_from_numpy_to_a_device(fake_lib, fastpath):
+def test_copy_from_numpy_to_a_device(fake_lib):
     """copy_ of NumPy arrays in any layout into device tensors (the buffer
-    path of the extension, and asarray on the ctypes path) lands exactly,
+    path of the extension) lands exactly,
     complete on return, on the stream given."""
     run(fake_lib, r'''
     import numpy as np
@@ -398,7 +380,7 @@ def test_copy_from_numpy_to_a_device(fake_lib, fastpath):
     g.data_ptr()
     g.copy_(a)
     assert g._stream == 0 and g.sum() == -4096.0
-    ''', fastpath)
+    ''')
 
 
 def test_copy_to_and_streams(fake_lib):
@@ -510,8 +492,7 @@ def test_default_stream_does_not_wait_for_imports(fake_lib):
     ''')
 
 
-@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
-def test_cai_import_then_dlbridge_import(fake_lib, fastpath):
+def test_cai_import_then_dlbridge_import(fake_lib):
     """A tensor imported through CAI (pending on the producer's stream) and
     imported again by dlbridge: the second import orders after the first."""
     run(fake_lib, r'''
@@ -523,7 +504,7 @@ def test_cai_import_then_dlbridge_import(fake_lib, fastpath):
     u = dlbridge.from_dlpack(t)
     cap = u.__dlpack__(stream=cons, max_version=(1, 3))
     assert read_f32(u, cons) == [4.0], read_f32(u, cons)
-    ''', fastpath)
+    ''')
 
 
 def test_exchange_api_consumer_of_a_cai_import(fake_lib):
@@ -531,8 +512,6 @@ def test_exchange_api_consumer_of_a_cai_import(fake_lib):
     CAI-imported tensor: managed_tensor_from_py_object_no_sync, then it
     waits for current_work_stream, then reads."""
     run(fake_lib, r'''
-    if not dlbridge.fast_path:
-        raise SystemExit(3)
     side, cons = new_stream("side"), new_stream("cons")
     x = dlbridge.zeros(256, dtype="float32", device="cuda")
     x.copy_(x)
@@ -557,8 +536,7 @@ def test_exchange_api_consumer_of_a_cai_import(fake_lib):
     ''')
 
 
-@pytest.mark.parametrize("fastpath", [True, False], ids=["fastpath", "ctypes"])
-def test_free_after_the_consumer_stream_is_destroyed(fake_lib, fastpath):
+def test_free_after_the_consumer_stream_is_destroyed(fake_lib):
     """A tensor exported to consumers' streams (DLPack stream=, copy_ on
     theirs) is freed after those streams are destroyed: the free waits for
     the marked uses and names no destroyed stream (on the H100 the chain
@@ -575,4 +553,4 @@ def test_free_after_the_consumer_stream_is_destroyed(fake_lib, fastpath):
         assert fake.cuStreamSynchronize(vp(s)) == 0
         assert fake.cuStreamDestroy_v2(vp(s)) == 0
     del g
-    ''', fastpath)
+    ''')

@@ -8,7 +8,9 @@ import gc
 import pytest
 
 import dlbridge
-from dlbridge import _lib
+from dlbridge import _lib  # noqa: F401
+
+import _pycapi
 
 from _hostile import DELETER, DLTensor, Legacy, Versioned  # dlpack.h's structures
 
@@ -38,12 +40,12 @@ class Producer:
                      ctypes.cast(st, ctypes.POINTER(ctypes.c_int64)) if st is not None else None, byte_offset)
         if versioned:
             m = Versioned(major, 3, None, self.deleter, flags, t)
-            name = _lib.NAME_VERSIONED
+            name = _pycapi.NAME_VERSIONED
         else:
             m = Legacy(t, None, self.deleter)
-            name = _lib.NAME_LEGACY
+            name = _pycapi.NAME_LEGACY
         self.keep += [sh, st, m]
-        return _lib.PyCapsule_New(ctypes.addressof(m), name, None)
+        return _pycapi.PyCapsule_New(ctypes.addressof(m), name, None)
 
 
 def test_byte_offset_and_null_strides():
@@ -110,6 +112,6 @@ def test_null_deleter_is_legal():
     sh = (ctypes.c_int64 * 1)(2)
     m = Legacy(DLTensor(ctypes.addressof(buf), 1, 0, 1, 2, 64, 1, ctypes.cast(sh, ctypes.POINTER(ctypes.c_int64)),
                         None, 0), None, DELETER_V())
-    t = dlbridge.from_dlpack(_lib.PyCapsule_New(ctypes.addressof(m), _lib.NAME_LEGACY, None))
+    t = dlbridge.from_dlpack(_pycapi.PyCapsule_New(ctypes.addressof(m), _pycapi.NAME_LEGACY, None))
     assert t.sum() == 7.0
     t.close()

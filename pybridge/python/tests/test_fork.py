@@ -4,7 +4,7 @@ tensors, exports and capsules it inherits are finalized without a call into
 Go, and its first dlbridge call raises RuntimeError naming 'spawn' and
 'forkserver' (PyTorch's convention for CUDA). A child forked before the
 library started loads it itself and works. Every scenario runs in a fresh
-interpreter, on both paths (the extension and DLBRIDGE_NO_FASTPATH=1), with
+interpreter, with
 timeouts: a hang fails the test instead of stalling the suite."""
 
 import json
@@ -18,7 +18,7 @@ import pytest
 
 import dlbridge
 
-PATHS = [pytest.param({}, id="fast"), pytest.param({"DLBRIDGE_NO_FASTPATH": "1"}, id="ctypes")]
+PATHS = [pytest.param({}, id="extension")]
 CHILDREN = 20
 
 

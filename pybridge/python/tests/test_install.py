@@ -25,15 +25,14 @@ STATE = """
 import json, os
 def state():
     from dlbridge import _lib
-    core = _lib.core["module"].bound() if _lib.core else None
+    core = _lib._core.bound()
     return {"threads": len(os.listdir("/proc/self/task")), "loaded": _lib.loaded(), "bound": core,
             "mapped": "libdlbridge" in open("/proc/self/maps").read()}
 """
 
 
 def py(code, env_extra=None, cwd="/"):
-    # The child's path is chosen here alone, not by the suite's own setting.
-    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_NO_FASTPATH"}
+    env = dict(os.environ)
     env.update(env_extra or {})
     r = subprocess.run([sys.executable, "-c", STATE + textwrap.dedent(code)], env=env, cwd=cwd,
                        capture_output=True, text=True, timeout=120)
@@ -43,31 +42,29 @@ def py(code, env_extra=None, cwd="/"):
 
 
 
-@pytest.mark.parametrize("env", [{}, {"DLBRIDGE_NO_FASTPATH": "1"}], ids=["fast", "ctypes"])
-def test_import_starts_nothing(env):
+def test_import_starts_nothing():
+    env = {}
     out = py("""
     before = len(os.listdir("/proc/self/task"))
     import dlbridge
     after_import = state()
-    fast = dlbridge.fast_path  # needs no library
+    fast = dlbridge.Tensor  # needs no library
     after_fast = state()
     s = dlbridge.arange(3).sum()
     print(json.dumps({"before": before, "import": after_import, "fast": after_fast, "sum": s,
                       "used": state()}))
     """, env)
     assert out["before"] == 1
-    idle = {"threads": 1, "loaded": False, "bound": False if not env else None, "mapped": False}
+    idle = {"threads": 1, "loaded": False, "bound": False, "mapped": False}
     assert out["import"] == idle and out["fast"] == idle
     assert out["sum"] == 3
     used = out["used"]
     assert used["loaded"] and used["mapped"] and used["threads"] > 1  # Go's threads
-    assert used["bound"] is (True if not env else None)
+    assert used["bound"] is True
 
 
 def test_first_call_through_the_extension_loads_the_library():
     pytest.importorskip("numpy")
-    if not dlbridge.fast_path:
-        pytest.skip("the extension is not in use")
     out = py("""
     import numpy as np
     import dlbridge
@@ -95,14 +92,12 @@ def test_runs_against_the_installed_wheel():
     assert pkg.startswith(sys.prefix) and "site-packages" in pkg, (pkg, sys.prefix)  # the venv's
     assert "DLBRIDGE_LIB" not in os.environ and "PYTHONPATH" not in os.environ
     assert os.path.dirname(dlbridge.library_path) == pkg
-    # The extension ships in the package; the suite's ctypes pass merely leaves it unused.
-    assert dlbridge.fast_path is (os.environ.get("DLBRIDGE_NO_FASTPATH") != "1")
     (core,) = [os.path.join(pkg, f) for f in os.listdir(pkg) if f.startswith("_core.") and f.endswith(".so")]
     free_threaded = sysconfig.get_config_var("Py_GIL_DISABLED")
     if sys.version_info >= (3, 10) and not free_threaded:
         assert core.endswith(".abi3.so"), core
     # The issue's check, from /, no environment variable.
-    r = subprocess.run([sys.executable, "-c", "import dlbridge; print(dlbridge.fast_path, dlbridge.arange(3).sum())"],
+    r = subprocess.run([sys.executable, "-c", "import dlbridge; print(dlbridge.Tensor is not None, dlbridge.arange(3).sum())"],
                        cwd="/", capture_output=True, text=True, timeout=60,
                        env={k: v for k, v in os.environ.items() if not k.startswith("DLBRIDGE")})
     assert r.stdout.split() == ["True", "3"], r.stdout + r.stderr

@@ -321,7 +321,7 @@ def test_stream_is_reported(driver):
         t = dlbridge.from_pointer(p, (N,), "float32", stream=s)
         assert t.__cuda_array_interface__["stream"] == s.cuda_stream
         w = dlbridge.from_pointer(p, (N,), "float32", stream=0)  # dlbridge's work stream
-        assert w.__cuda_array_interface__["stream"] == dlbridge._lib.work_stream(0)
+        assert w.__cuda_array_interface__["stream"] == dlbridge._lib._core.dlb_work_stream(0)
         u = dlbridge.from_pointer(p, (N,), "float32")
         assert u.__cuda_array_interface__["stream"] is None
         s.synchronize()

@@ -243,7 +243,7 @@ class _DocSession:
         os.makedirs(os.path.join(home, "src"))
         os.symlink(repo, os.path.join(home, "src", "dlbridge"))
         env = {k: v for k, v in os.environ.items()
-               if k not in ("DLBRIDGE_LIB", "PYTHONPATH", "DLBRIDGE_NO_FASTPATH", "GOFLAGS", "GOWORK", "VIRTUAL_ENV")}
+               if k not in ("DLBRIDGE_LIB", "PYTHONPATH", "GOFLAGS", "GOWORK", "VIRTUAL_ENV")}
         env.update(HOME=home, GOCACHE=vals[0], GOMODCACHE=vals[1], GOPATH=vals[2], GOPROXY="off", GOSUMDB="off",
                    GOTOOLCHAIN="local", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
                    PATH=os.pathsep.join([os.path.dirname(sys.executable), os.path.dirname(go), env.get("PATH", "")]))

@@ -9,7 +9,6 @@ reveal_type(t.shape)  # R: builtins.tuple[builtins.int, ...]
 reveal_type(t[1:, None])  # R: dlbridge._tensor.Tensor
 reveal_type(t.sum())  # R: Union[builtins.int, builtins.float, builtins.complex]
 reveal_type(dlbridge.from_dlpack(t))  # R: dlbridge._tensor.Tensor
-reveal_type(dlbridge.fast_path)  # R: builtins.bool
 
 with dlbridge.zeros((2, 3), dtype="int32") as z:
     z.fill_(7).copy_(dlbridge.asarray(bytearray(24)))

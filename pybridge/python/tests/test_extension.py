@@ -1,21 +1,16 @@
-"""The CPython fast path (the C base type of dlbridge.Tensor), and a run of
-the suite through the pure-ctypes path (DLBRIDGE_NO_FASTPATH=1)."""
+"""The extension's own paths: the C base type of dlbridge.Tensor, DLPack's
+C exchange API, and the functions of the exports (_core.dlb_x)."""
 
 import ctypes
 import gc
-import os
-import subprocess
-import sys
 
 import pytest
 
 import dlbridge
-from dlbridge import _lib
+from dlbridge import _lib  # noqa: F401
 
-fast = pytest.mark.skipif(not dlbridge.fast_path, reason="the CPython fast path is off")
+import _pycapi
 
-
-@fast
 def test_buffer_protocol_export():
     t = dlbridge.arange(6, dtype="int16")
     m = memoryview(t)
@@ -32,16 +27,14 @@ def test_buffer_protocol_export():
     assert m.tolist()[1] == 100
 
 
-@fast
 def test_exchange_api_capsule():
     api = type(dlbridge.zeros(1)).__dlpack_c_exchange_api__
-    assert _lib.PyCapsule_GetName(api) == b"dlpack_exchange_api"
+    assert _pycapi.PyCapsule_GetName(api) == b"dlpack_exchange_api"
     t = dlbridge.arange(4, dtype="float32")
     u = dlbridge.from_dlpack(t)  # through the exchange API, ours on both sides
     assert u.data_ptr() == t.data_ptr() and u.tolist() == [0, 1, 2, 3]
 
 
-@fast
 def test_exchange_api_functions_directly():
     class Header(ctypes.Structure):
         _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("prev", ctypes.c_void_p)]
@@ -51,7 +44,7 @@ def test_exchange_api_functions_directly():
                     ("to_py", ctypes.c_void_p), ("dltensor", ctypes.c_void_p), ("stream", ctypes.c_void_p)]
 
     cap = dlbridge.Tensor.__dlpack_c_exchange_api__
-    api = API.from_address(_lib.PyCapsule_GetPointer(cap, b"dlpack_exchange_api"))
+    api = API.from_address(_pycapi.PyCapsule_GetPointer(cap, b"dlpack_exchange_api"))
     assert (api.header.major, api.header.minor) == (1, 3)
     from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(api.from_py)
     to_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.py_object))(api.to_py)
@@ -69,7 +62,6 @@ def test_exchange_api_functions_directly():
         from_py(42, ctypes.byref(mt))
 
 
-@fast
 def test_close_with_live_exports(stats):
     before = stats()
     t = dlbridge.arange(5, dtype="float32")
@@ -84,7 +76,6 @@ def test_close_with_live_exports(stats):
     assert s["live_tensors"] == before["live_tensors"]
 
 
-@fast
 def test_dlpack_kwargs_errors():
     t = dlbridge.zeros(2)
     with pytest.raises(TypeError, match="keyword"):
@@ -95,24 +86,31 @@ def test_dlpack_kwargs_errors():
         t.__dlpack__(max_version="x")
 
 
-@pytest.mark.skipif(os.environ.get("DLBRIDGE_NO_FASTPATH") == "1", reason="already the ctypes path")
-def test_suite_through_ctypes_path():
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, DLBRIDGE_NO_FASTPATH="1")
-    files = [os.path.join(here, f) for f in ("test_basic.py", "test_capsule.py", "test_numpy.py", "test_torch.py")]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + files,
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+def test_export_functions_check_their_arguments():
+    core = _lib._core
+    with pytest.raises(TypeError, match="dlb_close takes 1 arguments"):
+        core.dlb_close()
+    with pytest.raises(ValueError, match=r"h=-1 out of range for uint64 \(0\.\.18446744073709551615\)"):
+        core.dlb_close(-1)
+    with pytest.raises(ValueError, match="devID=4294967296 out of range for int32"):
+        core.dlb_empty(b"float32", 1, (2,), 1, 2**32, 0)
+    with pytest.raises(TypeError, match=r"devID=True \(bool\) is not an integer"):
+        core.dlb_empty(b"float32", 1, (2,), 1, True, 0)
+    with pytest.raises(TypeError, match=r"shape\[1\]=2.0 \(float\) is not an integer"):
+        core.dlb_empty(b"float32", 2, (2, 2.0), 1, 0, 0)
+    with pytest.raises(TypeError, match="dtype must be bytes or str"):
+        core.dlb_empty(3, 1, (2,), 1, 0, 0)
+    with pytest.raises(ValueError, match="shape has 65 items, at most 64"):
+        core.dlb_empty(b"float32", 65, (1,) * 65, 1, 0, 0)
+    with pytest.raises(TypeError, match="unknown dtype"):  # the error class of Go's error
+        core.dlb_empty(b"nope", 1, (2,), 1, 0, 0)
+    t = core.dlb_empty("int16", 2, [2, 3], 1, 0, 1)
+    assert isinstance(t, dlbridge.Tensor) and t.shape == (2, 3) and t.sum() == 0
+    assert core.dlb_typestr(0, 16, 1, 0) == "<i2" and core.dlb_parse_dtype(b"int16") == (0, 16, 1)
 
 
-def test_fast_path_is_on_where_it_can_be():
-    # On wherever the extension is built (also on a free-threaded CPython,
-    # which enables the GIL for it); a checkout without `make ext` has none.
-    import importlib.util
-
-    if os.environ.get("DLBRIDGE_NO_FASTPATH"):
-        assert not dlbridge.fast_path
-    elif importlib.util.find_spec("dlbridge._core") or os.environ.get("DLBRIDGE_EXPECT_INSTALLED") == "1":
-        assert dlbridge.fast_path
-    else:
-        pytest.skip("the extension dlbridge._core is not built (make ext)")
+def test_check_raises_by_error_class():
+    dlbridge.arange(1)  # loaded
+    _lib._core.check(0)
+    with pytest.raises(IndexError):
+        _lib._core.check(6)
