@@ -1862,23 +1862,109 @@ fail:
 	return -1;
 }
 
-// scalar_arg fills a for a scalar parameter of kind pk.
+// What a scalar argument is, as a number: a flag, an integer, a real
+// number, or none of them (a complex number, a date or a duration, bytes,
+// text, an object, a tensor of more than one element).
+enum { N_NONE, N_BOOL, N_INT, N_REAL };
+
+// num_class says what v is for a scalar parameter. Python's own numbers
+// are what their type says; anything else with a dtype (NumPy's scalars
+// and 0-d arrays, PyTorch's and CuPy's 0-d tensors) is what its dtype's
+// name says, so that numpy.complex64, whose __float__ drops the imaginary
+// part, and numpy.timedelta64, whose __index__ gives a count of unknown
+// units, are not taken for real numbers; other objects are integers by
+// __index__ and real numbers by __float__ (Fraction, Decimal), never by
+// __complex__ alone.
+static int num_class(PyObject *v) {
+	if (PyBool_Check(v)) return N_BOOL;
+	if (PyLong_Check(v)) return N_INT;
+	if (PyFloat_Check(v)) return N_REAL; // numpy.float64 too
+	if (PyComplex_Check(v) || PyUnicode_Check(v) || PyBytes_Check(v) || PyByteArray_Check(v) || PyType_Check(v)) return N_NONE;
+	PyObject *dt = PyObject_GetAttrString(v, "dtype");
+	if (!dt) {
+		PyErr_Clear();
+		if (PyIndex_Check(v)) return N_INT;
+		return PyType_GetSlot(Py_TYPE(v), Py_nb_float) ? N_REAL : N_NONE; // static types too, from 3.10
+	}
+	PyObject *name = PyObject_Str(dt);
+	Py_DECREF(dt);
+	if (!name) {
+		PyErr_Clear();
+		return N_NONE;
+	}
+	const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
+	int c = N_NONE;
+	if (!s) {
+		PyErr_Clear();
+	} else {
+		if (strncmp(s, "torch.", 6) == 0) s += 6;
+		if (strcmp(s, "bool") == 0) c = N_BOOL;
+		else if (strncmp(s, "int", 3) == 0 || strncmp(s, "uint", 4) == 0) c = N_INT;
+		else if (strncmp(s, "float", 5) == 0 || strncmp(s, "bfloat", 6) == 0 || strcmp(s, "half") == 0 ||
+			 strcmp(s, "double") == 0 || strcmp(s, "longdouble") == 0)
+			c = N_REAL;
+	}
+	Py_DECREF(name);
+	if (c == N_NONE) return N_NONE;
+	// One value, not a tensor that happens to have one element (NumPy
+	// 1.25 deprecates float() of those).
+	PyObject *nd = PyObject_GetAttrString(v, "ndim");
+	if (!nd) {
+		PyErr_Clear();
+		return c; // a scalar type without ndim
+	}
+	long n = PyLong_Check(nd) ? PyLong_AsLong(nd) : -1;
+	Py_DECREF(nd);
+	if (n == -1) PyErr_Clear();
+	return n == 0 ? c : N_NONE;
+}
+
+// scalar_refuse raises a TypeError naming the function, the argument, what
+// the parameter takes and what came: "gofunc.scale: argument factor: want
+// float, got complex (1j)".
+static int scalar_refuse(gofn *g, int i, PyObject *v) {
+	static const char *want[] = {"", "tensor", "bool", "int", "int", "float", "str"};
+	PyObject *shown = show_value(v);
+	PyObject *tn = shown ? type_name(v) : NULL;
+	if (tn)
+		PyErr_Format(PyExc_TypeError, "%U: argument %U: want %s, got %U (%U)", g->name, g->names[i], want[g->kinds[i]], tn,
+			     shown);
+	Py_XDECREF(shown);
+	Py_XDECREF(tn);
+	return -1;
+}
+
+// scalar_failed names the function and the argument in the error that
+// converting v raised (a __float__ or __index__ that fails), keeping its
+// class.
+static int scalar_failed(gofn *g, int i, PyObject *v) {
+	PyObject *et, *ev, *tb;
+	PyErr_Fetch(&et, &ev, &tb);
+	PyErr_NormalizeException(&et, &ev, &tb);
+	PyObject *tn = type_name(v);
+	if (tn)
+		PyErr_Format(et ? et : PyExc_TypeError, "%U: argument %U: cannot convert %U: %S", g->name, g->names[i], tn,
+			     ev ? ev : Py_None);
+	Py_XDECREF(tn);
+	Py_XDECREF(et);
+	Py_XDECREF(ev);
+	Py_XDECREF(tb);
+	return -1;
+}
+
+// scalar_arg fills a for a scalar parameter of kind pk. Python's own bool,
+// int, float and str go to Go as they are, which judges them against the
+// Go type (pyfunc's Value.store: a float parameter takes a float or an
+// int, an int parameter an int in range, a bool a bool, a str a str) and
+// names what came; any other object is converted here only to what the
+// parameter takes (an integer for an int, an integer or a real number for
+// a float, a flag for a bool) and refused otherwise.
 static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
 	int pk = g->kinds[i];
 	if (PyBool_Check(v)) {
 		a->kind = DLB_ARG_BOOL;
 		a->i = v == Py_True;
 		return 0;
-	}
-	if (!PyFloat_CheckExact(v) && !PyLong_CheckExact(v) && (pk == P_BOOL || pk == P_INT || pk == P_UINT || pk == P_FLOAT)) {
-		int b = bool_like(v); // numpy.bool_ is a flag too, never a number
-		if (b < 0) return -1;
-		if (b) {
-			int t = PyObject_IsTrue(v);
-			if (t < 0) return -1;
-			a->kind = DLB_ARG_BOOL, a->i = t;
-			return 0;
-		}
 	}
 	if (PyUnicode_Check(v)) {
 		Py_ssize_t n;
@@ -1887,52 +1973,66 @@ static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
 		a->kind = DLB_ARG_STR, a->s = s, a->slen = n;
 		return 0;
 	}
-	if (PyFloat_Check(v)) {
+	if (PyFloat_CheckExact(v)) {
 		a->kind = DLB_ARG_FLOAT;
 		a->f = PyFloat_AsDouble(v);
 		return 0;
 	}
-	PyObject *n = PyLong_Check(v) ? (Py_INCREF(v), v) : NULL;
-	if (!n && pk != P_STR && pk != P_BOOL) {
-		// NumPy's scalars and other numbers: integers by __index__, the
-		// rest by __float__ where the parameter is a float.
-		n = PyNumber_Index(v);
-		if (!n) {
-			PyErr_Clear();
-			if (pk == P_FLOAT && PyNumber_Check(v)) {
-				double x = PyFloat_AsDouble(v);
-				if (x == -1.0 && PyErr_Occurred()) return -1;
-				a->kind = DLB_ARG_FLOAT, a->f = x;
-				return 0;
-			}
-		}
+	int c = PyLong_CheckExact(v) ? N_INT : num_class(v);
+	int own = PyLong_Check(v) || PyFloat_Check(v); // Python's numbers: Go judges them
+	if (!own) {
+		int fits = (c == N_BOOL && pk == P_BOOL) || (c == N_INT && (pk == P_INT || pk == P_UINT || pk == P_FLOAT)) ||
+			   (c == N_REAL && pk == P_FLOAT);
+		if (!fits) return scalar_refuse(g, i, v);
 	}
-	if (n) {
-		int overflow = 0;
-		long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
-		if (!overflow) {
-			Py_DECREF(n);
-			if (x == -1 && PyErr_Occurred()) return -1;
-			a->kind = DLB_ARG_INT, a->i = x;
-			return 0;
-		}
-		unsigned long long u = overflow > 0 ? PyLong_AsUnsignedLongLong(n) : (unsigned long long)-1;
+	if (c == N_BOOL) {
+		int t = PyObject_IsTrue(v);
+		if (t < 0) return scalar_failed(g, i, v);
+		a->kind = DLB_ARG_BOOL, a->i = t;
+		return 0;
+	}
+	if (c == N_REAL) {
+		double x = PyFloat_AsDouble(v);
+		if (x == -1.0 && PyErr_Occurred()) return scalar_failed(g, i, v);
+		a->kind = DLB_ARG_FLOAT, a->f = x;
+		return 0;
+	}
+	PyObject *n = PyLong_Check(v) ? (Py_INCREF(v), v) : PyNumber_Index(v);
+	if (!n) return scalar_failed(g, i, v);
+	int overflow = 0;
+	long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
+	if (!overflow) {
 		Py_DECREF(n);
-		if (overflow < 0 || (u == (unsigned long long)-1 && PyErr_Occurred())) {
-			PyErr_Clear();
-			PyObject *r = PyObject_Repr(v);
-			PyErr_Format(PyExc_ValueError, "%U: argument %U: %S is out of range for a 64-bit integer", g->name, g->names[i],
-				     r ? r : Py_None);
-			Py_XDECREF(r);
-			return -1;
-		}
+		if (x == -1 && PyErr_Occurred()) return scalar_failed(g, i, v);
+		a->kind = DLB_ARG_INT, a->i = x;
+		return 0;
+	}
+	unsigned long long u = overflow > 0 ? PyLong_AsUnsignedLongLong(n) : (unsigned long long)-1;
+	if (overflow > 0 && !(u == (unsigned long long)-1 && PyErr_Occurred())) {
+		Py_DECREF(n);
 		a->kind = DLB_ARG_UINT, a->u = u;
 		return 0;
 	}
-	static const char *want[] = {"", "tensor", "bool", "int", "int", "float", "str"};
-	PyObject *tn = type_name(v);
-	if (tn) PyErr_Format(PyExc_TypeError, "%U: argument %U: want %s, got %U", g->name, g->names[i], want[pk], tn);
-	Py_XDECREF(tn);
+	PyErr_Clear();
+	if (pk == P_FLOAT) {
+		// An integer beyond 64 bits is still a real number.
+		double f = PyLong_AsDouble(n);
+		Py_DECREF(n);
+		if (f == -1.0 && PyErr_Occurred()) {
+			PyErr_Clear();
+			PyObject *r = show_value(v);
+			if (r) PyErr_Format(PyExc_ValueError, "%U: argument %U: %U is out of range for a float", g->name, g->names[i], r);
+			Py_XDECREF(r);
+			return -1;
+		}
+		a->kind = DLB_ARG_FLOAT, a->f = f;
+		return 0;
+	}
+	Py_DECREF(n);
+	if (pk != P_INT && pk != P_UINT) return scalar_refuse(g, i, v);
+	PyObject *r = show_value(v);
+	if (r) PyErr_Format(PyExc_ValueError, "%U: argument %U: %U is out of range for a 64-bit integer", g->name, g->names[i], r);
+	Py_XDECREF(r);
 	return -1;
 }
 
