@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include "dlbridge.h"
 #include "pyapi.h"
@@ -1445,9 +1446,17 @@ static PyObject *m_set_tensor_class(PyObject *mod, PyObject *cls) {
 	Py_RETURN_NONE;
 }
 
+// The names m_load binds beyond the generated exports.
+#define DLB_RUNTIME_NAMES "dlb_last_error", "dlb_fast_made", "dlb_fast_live", "dlb_forked_flag"
+
 // load(path) opens the library at path and looks up its exports; a second
 // load of another library is refused (tensors close their handles through
-// the first). OSError when the library cannot be opened.
+// the first). OSError when the library cannot be opened. dlopen runs a
+// library's initialisers (a Go library starts its runtime, for good) and
+// maps a file that a truncation made shorter than its headers say (SIGBUS
+// when touched): dlbridge._loaderr.check_library reads the file first and
+// refuses what is not a whole dlbridge library of this machine, so the
+// dlsym failures below are only a backstop.
 static PyObject *m_load(PyObject *mod, PyObject *arg) {
 	const char *path = PyUnicode_AsUTF8AndSize(arg, NULL);
 	if (!path) return NULL;
@@ -1478,6 +1487,95 @@ static PyObject *m_load(PyObject *mod, PyObject *arg) {
 	}
 	L.loaded = 1;
 	Py_RETURN_NONE;
+}
+
+// export_names() is every symbol m_load binds, for dlbridge._loaderr to
+// find in a library's dynamic symbol table before dlopen runs its code.
+static PyObject *m_export_names(PyObject *mod, PyObject *unused) {
+	static const char *const names[] = {DLB_EXPORT_NAMES DLB_RUNTIME_NAMES}; // the first ends with a comma
+	size_t n = sizeof names / sizeof names[0];
+	PyObject *t = PyTuple_New((Py_ssize_t)n);
+	for (size_t i = 0; t && i < n; i++) {
+		PyObject *s = PyUnicode_FromString(names[i]);
+		if (!s) {
+			Py_CLEAR(t);
+			break;
+		}
+		PyTuple_SetItem(t, (Py_ssize_t)i, s);
+	}
+	return t;
+}
+
+// ---- Go runtimes in the process ----
+//
+// Symbols that every Go-built shared library exports, from the cgo runtime
+// that starts Go in it (runtime/cgo): a c-shared library has no other way
+// in. Looked up in what the dynamic loader has mapped, not in files, so a
+// library is found whatever its file is named and after its file was
+// deleted.
+static const char *const go_runtime_syms[] = {"x_cgo_init", "_cgo_topofstack", "_cgo_wait_runtime_init_done"};
+
+typedef struct {
+	char **names;
+	size_t n, cap;
+	int nomem;
+} obj_names;
+
+// collect_object keeps the name of each mapped object; dlopen may not run
+// inside dl_iterate_phdr (it holds the loader's lock), so go_runtimes asks
+// afterwards.
+static int collect_object(struct dl_phdr_info *info, size_t size, void *data) {
+	(void)size;
+	obj_names *o = data;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 64;
+		char **p = realloc(o->names, cap * sizeof *p);
+		if (!p) {
+			o->nomem = 1;
+			return 1;
+		}
+		o->names = p, o->cap = cap;
+	}
+	// "" is the program itself (dlopen(NULL) below: its global scope).
+	char *s = strdup(info->dlpi_name ? info->dlpi_name : "");
+	if (!s) {
+		o->nomem = 1;
+		return 1;
+	}
+	o->names[o->n++] = s;
+	return 0;
+}
+
+// go_runtimes() lists the files of the mapped objects that export Go's cgo
+// runtime symbols (each once, as the loader names them: the path given to
+// dlopen, which may no longer exist).
+static PyObject *m_go_runtimes(PyObject *mod, PyObject *unused) {
+	obj_names o = {NULL, 0, 0, 0};
+	dl_iterate_phdr(collect_object, &o);
+	PyObject *out = o.nomem ? PyErr_NoMemory() : PyList_New(0);
+	for (size_t i = 0; out && i < o.n; i++) {
+		// RTLD_NOLOAD: only an object already mapped, matched by the name
+		// the loader keeps, so a deleted file is found without opening it.
+		void *h = o.names[i][0] ? dlopen(o.names[i], RTLD_LAZY | RTLD_NOLOAD) : dlopen(NULL, RTLD_LAZY);
+		if (!h) continue; // unloaded since, or the vDSO
+		for (size_t k = 0; k < sizeof go_runtime_syms / sizeof go_runtime_syms[0]; k++) {
+			void *sym = dlsym(h, go_runtime_syms[k]);
+			Dl_info di;
+			// The symbol may come from a dependency of this object, or
+			// from the global scope: dladdr names the object that has it.
+			if (!sym || !dladdr(sym, &di) || !di.dli_fname || !di.dli_fname[0]) continue;
+			PyObject *p = PyUnicode_DecodeFSDefault(di.dli_fname);
+			int has = p ? PySequence_Contains(out, p) : -1;
+			if (has == 0) has = PyList_Append(out, p);
+			Py_XDECREF(p);
+			if (has < 0) Py_CLEAR(out);
+			break;
+		}
+		dlclose(h);
+	}
+	for (size_t i = 0; i < o.n; i++) free(o.names[i]);
+	free(o.names);
+	return out;
 }
 
 // bound() reports whether a library is bound (for tests of lazy loading).
@@ -2510,6 +2608,8 @@ static PyMethodDef module_methods[] = {
 	{"buffer", (PyCFunction)(void (*)(void))m_buffer, METH_FASTCALL, "buffer(obj, full): obj's buffer protocol view."},
 	{"load", m_load, METH_O, "load(path): open the library at path and bind its exports."},
 	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
+	{"export_names", m_export_names, METH_NOARGS, "export_names(): every symbol load() binds."},
+	{"go_runtimes", m_go_runtimes, METH_NOARGS, "go_runtimes(): the mapped files that export Go's cgo runtime symbols."},
 	{NULL, NULL, 0, NULL},
 };
 
