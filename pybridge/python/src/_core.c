@@ -1965,6 +1965,51 @@ fail:
 // text, an object, a tensor of more than one element).
 enum { N_NONE, N_BOOL, N_INT, N_REAL };
 
+// dtype_class is num_class for a dtype: NumPy's (CuPy's, JAX's) by its
+// one-letter kind, read in C (str() of a NumPy dtype runs Python code and
+// cost a NumPy scalar argument a microsecond); others, and NumPy's
+// extension types (ml_dtypes' bfloat16 is kind 'V'), by name: PyTorch's
+// "torch.float32".
+static int dtype_class(PyObject *dt) {
+	PyObject *k = PyObject_GetAttrString(dt, "kind");
+	if (!k) {
+		PyErr_Clear();
+	} else {
+		Py_ssize_t n = 0;
+		const char *s = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, &n) : NULL;
+		int c = -1;
+		if (!s) PyErr_Clear();
+		else if (n == 1) switch (s[0]) {
+			case 'b': c = N_BOOL; break;
+			case 'i': case 'u': c = N_INT; break;
+			case 'f': c = N_REAL; break;
+			case 'V': break; // an extension type: by name
+			default: c = N_NONE; // complex, dates, durations, text, bytes, objects
+			}
+		Py_DECREF(k);
+		if (c >= 0) return c;
+	}
+	PyObject *name = PyObject_Str(dt);
+	if (!name) {
+		PyErr_Clear();
+		return N_NONE;
+	}
+	const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
+	int c = N_NONE;
+	if (!s) {
+		PyErr_Clear();
+	} else {
+		if (strncmp(s, "torch.", 6) == 0) s += 6;
+		if (strcmp(s, "bool") == 0) c = N_BOOL;
+		else if (strncmp(s, "int", 3) == 0 || strncmp(s, "uint", 4) == 0) c = N_INT;
+		else if (strncmp(s, "float", 5) == 0 || strncmp(s, "bfloat", 6) == 0 || strcmp(s, "half") == 0 ||
+			 strcmp(s, "double") == 0 || strcmp(s, "longdouble") == 0)
+			c = N_REAL;
+	}
+	Py_DECREF(name);
+	return c;
+}
+
 // num_class says what v is for a scalar parameter. Python's own numbers
 // are what their type says; anything else with a dtype (NumPy's scalars
 // and 0-d arrays, PyTorch's and CuPy's 0-d tensors) is what its dtype's
@@ -1984,25 +2029,8 @@ static int num_class(PyObject *v) {
 		if (PyIndex_Check(v)) return N_INT;
 		return PyType_GetSlot(Py_TYPE(v), Py_nb_float) ? N_REAL : N_NONE; // static types too, from 3.10
 	}
-	PyObject *name = PyObject_Str(dt);
+	int c = dtype_class(dt);
 	Py_DECREF(dt);
-	if (!name) {
-		PyErr_Clear();
-		return N_NONE;
-	}
-	const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
-	int c = N_NONE;
-	if (!s) {
-		PyErr_Clear();
-	} else {
-		if (strncmp(s, "torch.", 6) == 0) s += 6;
-		if (strcmp(s, "bool") == 0) c = N_BOOL;
-		else if (strncmp(s, "int", 3) == 0 || strncmp(s, "uint", 4) == 0) c = N_INT;
-		else if (strncmp(s, "float", 5) == 0 || strncmp(s, "bfloat", 6) == 0 || strcmp(s, "half") == 0 ||
-			 strcmp(s, "double") == 0 || strcmp(s, "longdouble") == 0)
-			c = N_REAL;
-	}
-	Py_DECREF(name);
 	if (c == N_NONE) return N_NONE;
 	// One value, not a tensor that happens to have one element (NumPy
 	// 1.25 deprecates float() of those).
