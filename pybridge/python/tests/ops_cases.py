@@ -284,6 +284,21 @@ def test_a_float_parameter_refuses_what_is_not_a_real_number(factor, came):
     assert out.tolist() == [-1] * 4  # the body did not run
 
 
+def test_torch_scalars_convert_by_their_dtype():
+    torch = pytest.importorskip("torch")
+    x = np.arange(4, dtype=np.float32)
+    out = np.full(4, -1, np.float32)
+    ops.gofunc.scale(out, x, torch.tensor(2.5))
+    assert out.tolist() == (x * 2.5).tolist()
+    assert _echo(i8=torch.tensor(3), b=torch.tensor(False))[:2] == (False, 3)
+    for bad in (torch.tensor(1j), torch.tensor([2.5])):  # complex; one element, not a scalar
+        with pytest.raises(TypeError) as e:
+            ops.gofunc.scale(out, x, bad)
+        assert str(e.value) == "gofunc.scale: argument factor: want float, got Tensor (%r)" % bad
+    with pytest.raises(TypeError, match="argument i8: want int, got Tensor"):
+        _echo(i8=torch.tensor(3.0))
+
+
 def _echo(**kw):
     args = dict(b=True, i8=0, u16=0, i=0, f32=0.0, s="")
     args.update(kw)
