@@ -1,6 +1,7 @@
 package zerocopy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -564,15 +565,31 @@ func (l *Layout) T() (Layout, error) {
 	return Layout{}, fmt.Errorf("zerocopy: T: view is %d-d; T needs ndim <= 2 (use Transpose or Permute)", l.NDim())
 }
 
+// ErrNeedsCopy is matched (errors.Is) by the error of Reshape and Flatten
+// when the shape is valid but the strides give no view of it: a
+// C-contiguous copy of the view (Clone, or a copy on its device) reshapes.
+// torch.reshape and numpy.reshape make that copy themselves; a caller that
+// wants their semantics copies on this error alone, after every shape error
+// was reported without copying.
+var ErrNeedsCopy = errors.New("zerocopy: reshape needs a copy")
+
+// needsCopy is the error that matches ErrNeedsCopy and says which layout
+// and shape.
+type needsCopy struct{ msg string }
+
+func (e *needsCopy) Error() string        { return e.msg }
+func (e *needsCopy) Is(target error) bool { return target == ErrNeedsCopy }
+
 // Reshape gives the same elements in row-major order a new shape, without
 // copying. One extent may be -1: it is inferred. It succeeds whenever the
 // strides allow it (the rule of NumPy and PyTorch's view(): each group of
 // merged dimensions must be contiguous among itself), so transposed or
-// sliced layouts can often be reshaped too; otherwise the error says a copy
-// would be needed (Clone first).
+// sliced layouts can often be reshaped too; otherwise the error matches
+// ErrNeedsCopy. Every other error is a shape that no copy could take
+// either: negative extents, two -1s, an element count that differs.
 func (l *Layout) Reshape(shape ...int64) (Layout, error) {
 	if len(shape) > dlpack.MaxNDim {
-		return Layout{}, fmt.Errorf("zerocopy: Reshape: ndim %d out of range (0..%d)", len(shape), dlpack.MaxNDim)
+		return Layout{}, fmt.Errorf("zerocopy: Reshape: shape of %d dims for %d elements: ndim out of range (0..%d)", len(shape), l.Len(), dlpack.MaxNDim)
 	}
 	numel := l.Len()
 	nl := *l
@@ -583,15 +600,15 @@ func (l *Layout) Reshape(shape ...int64) (Layout, error) {
 	for i, e := range shape {
 		switch {
 		case e == -1 && infer >= 0:
-			return Layout{}, fmt.Errorf("zerocopy: Reshape: dims %d and %d are both -1 (only one extent can be inferred)", infer, i)
+			return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s for %d elements: dims %d and %d are both -1 (only one extent can be inferred)", FormatShape(shape), numel, infer, i)
 		case e == -1:
 			infer = i
 		case e < 0:
-			return Layout{}, fmt.Errorf("zerocopy: Reshape: extent %d for dim %d is negative", e, i)
+			return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s for %d elements: extent %d for dim %d is negative (-1 alone is inferred)", FormatShape(shape), numel, e, i)
 		default:
 			var ok bool
 			if known, ok = dlpack.MulInt64(known, e); !ok {
-				return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s overflows int64 at dim %d", FormatShape(shape), i)
+				return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s for %d elements overflows int64 at dim %d", FormatShape(shape), numel, i)
 			}
 		}
 		nsh[i] = e
@@ -610,7 +627,7 @@ func (l *Layout) Reshape(shape ...int64) (Layout, error) {
 		return Layout{}, fmt.Errorf("zerocopy: Reshape: shape %s has %d elements, the view %s has %d", FormatShape(shape), known, FormatShape(l.shape()), numel)
 	}
 	if !reshapeStrides(l.shape(), l.strides(), nsh, nl.strides()) {
-		return Layout{}, fmt.Errorf("zerocopy: Reshape: view with shape %s and strides %s cannot be reshaped to %s without a copy (Clone first)", FormatShape(l.shape()), FormatShape(l.strides()), FormatShape(nsh))
+		return Layout{}, &needsCopy{fmt.Sprintf("zerocopy: Reshape: view with shape %s and strides %s cannot be reshaped to %s without a copy (Clone first)", FormatShape(l.shape()), FormatShape(l.strides()), FormatShape(nsh))}
 	}
 	return nl, nil
 }
@@ -628,9 +645,14 @@ func reshapeStrides(oldShape, oldStrides, newShape, newStrides []int64) bool {
 		numel *= e // checked at construction
 	}
 	if numel == 0 || len(oldShape) == 0 {
-		// Any strides describe an empty or single-element tensor; use
-		// compact ones, as PyTorch does.
-		dlpack.FillCStrides(newStrides, newShape)
+		// Any strides describe an empty or single-element tensor: an empty
+		// one keeps its own when the shape stays (as NumPy and PyTorch
+		// do), else both take compact ones, as PyTorch does.
+		if numel == 0 && slices.Equal(oldShape, newShape) {
+			copy(newStrides, oldStrides)
+		} else {
+			dlpack.FillCStrides(newStrides, newShape)
+		}
 		return true
 	}
 	vd := len(newShape) - 1

@@ -2,6 +2,8 @@ package zerocopy_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,45 +260,86 @@ func TestSelectPermuteTranspose(t *testing.T) {
 	closeAll(t, ot)
 }
 
-// view builds a view of iota data with the given layout (for reshape cases).
+// derivation makes the view a reshape case starts from, out of a
+// C-contiguous iota view.
 type derivation func(v *zerocopy.View) (*zerocopy.View, error)
 
+// TestReshape: Reshape gives a view whenever the strides allow one (its
+// strides as NumPy's and PyTorch's), reports ErrNeedsCopy when only a
+// C-contiguous copy can take the shape (and a Clone then reshapes), and
+// reports every other bad shape with the shape and the element count, not
+// as ErrNeedsCopy, so that no caller copies for a shape that cannot be.
 func TestReshape(t *testing.T) {
 	contig := func(v *zerocopy.View) (*zerocopy.View, error) { return v.AsReadOnly(), nil }
+	transposed := func(v *zerocopy.View) (*zerocopy.View, error) { return v.T() }
+	cols := func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(1, 0, 3, 1) }
+	rows2 := func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(0, 0, zerocopy.Omit, 2) }
+	bcast := func(v *zerocopy.View) (*zerocopy.View, error) { return v.Broadcast(2, 3) }
+	const (
+		view   = iota // a view with the strides given
+		copies        // ErrNeedsCopy: a C-contiguous copy reshapes
+		fails         // a shape error (errWant), not ErrNeedsCopy
+	)
 	tests := []struct {
 		name    string
 		base    []int64
 		derive  derivation
 		to      []int64
-		strides []int64 // nil: expect an error
-		errWant string
+		outcome int
+		strides []int64 // of the view; of the copy, its C strides are checked
+		errWant string  // the error's text: a substring
 	}{
-		{"merge", []int64{2, 3, 4}, contig, []int64{6, 4}, []int64{4, 1}, ""},
-		{"flat", []int64{2, 3, 4}, contig, []int64{-1}, []int64{1}, ""},
-		{"split", []int64{2, 3, 4}, contig, []int64{4, -1, 2}, []int64{6, 2, 1}, ""},
-		{"ones", []int64{2, 3}, contig, []int64{1, 2, 1, 3, 1}, []int64{6, 3, 3, 1, 1}, ""},
-		{"transposed flat", []int64{2, 3}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.T() },
-			[]int64{6}, nil, "cannot be reshaped to [6] without a copy"},
-		{"transposed unsqueeze", []int64{2, 3}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.T() },
-			[]int64{3, 2, 1}, []int64{1, 3, 3}, ""},
+		{"merge", []int64{2, 3, 4}, contig, []int64{6, 4}, view, []int64{4, 1}, ""},
+		{"flat", []int64{2, 3, 4}, contig, []int64{-1}, view, []int64{1}, ""},
+		{"split", []int64{2, 3, 4}, contig, []int64{4, -1, 2}, view, []int64{6, 2, 1}, ""},
+		{"ones", []int64{2, 3}, contig, []int64{1, 2, 1, 3, 1}, view, []int64{6, 3, 3, 1, 1}, ""},
+		{"same shape", []int64{2, 3}, transposed, []int64{3, 2}, view, []int64{1, 3}, ""},
+		{"transposed flat", []int64{2, 3}, transposed, []int64{6}, copies, nil,
+			"view with shape [3, 2] and strides [1, 3] cannot be reshaped to [6] without a copy"},
+		{"transposed -1", []int64{2, 3}, transposed, []int64{-1, 3}, copies, nil, "cannot be reshaped to [2, 3]"},
+		{"transposed unsqueeze", []int64{2, 3}, transposed, []int64{3, 2, 1}, view, []int64{1, 3, 3}, ""},
 		{"transposed batch", []int64{2, 3, 4}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Permute(1, 2, 0) },
-			[]int64{12, 2}, []int64{1, 12}, ""},
-		{"column slice split", []int64{4, 6}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(1, 0, 3, 1) },
-			[]int64{2, 2, 3}, []int64{12, 6, 1}, ""},
-		{"column slice flat", []int64{4, 6}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(1, 0, 3, 1) },
-			[]int64{12}, nil, "without a copy"},
-		{"row step", []int64{4, 6}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(0, 0, 4, 2) },
-			[]int64{2, 2, 3}, []int64{12, 3, 1}, ""},
+			[]int64{12, 2}, view, []int64{1, 12}, ""},
+		{"transposed batch split", []int64{2, 3, 4}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Permute(1, 2, 0) },
+			[]int64{3, 8}, copies, nil, "without a copy"},
+		{"column slice split", []int64{4, 6}, cols, []int64{2, 2, 3}, view, []int64{12, 6, 1}, ""},
+		{"column slice flat", []int64{4, 6}, cols, []int64{12}, copies, nil, "without a copy"},
+		{"row step", []int64{4, 6}, rows2, []int64{2, 2, 3}, view, []int64{12, 3, 1}, ""},
+		{"row step flat", []int64{4, 6}, rows2, []int64{-1}, copies, nil, "without a copy"},
 		{"reversed", []int64{6}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(0, zerocopy.Omit, zerocopy.Omit, -1) },
-			[]int64{2, 3}, []int64{-3, -1}, ""},
-		{"broadcast rows flat", []int64{3}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Broadcast(2, 3) },
-			[]int64{6}, nil, "without a copy"},
-		{"broadcast rows split", []int64{3}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Broadcast(2, 3) },
-			[]int64{2, 1, 3}, []int64{0, 3, 1}, ""},
-		{"empty", []int64{0, 3}, contig, []int64{3, 0}, []int64{1, 1}, ""},
-		{"0-d", []int64{}, contig, []int64{1, 1}, []int64{1, 1}, ""},
-		{"to 0-d", []int64{1, 1}, contig, []int64{}, []int64{}, ""},
-		{"ambiguous", []int64{0, 3}, contig, []int64{0, -1}, nil, "-1 is ambiguous"},
+			[]int64{2, 3}, view, []int64{-3, -1}, ""},
+		{"broadcast rows flat", []int64{3}, bcast, []int64{6}, copies, nil, "without a copy"},
+		{"broadcast rows split", []int64{3}, bcast, []int64{2, 1, 3}, view, []int64{0, 3, 1}, ""},
+		{"empty", []int64{0, 3}, contig, []int64{3, 0}, view, []int64{1, 1}, ""},
+		{"empty -1", []int64{0, 3}, contig, []int64{-1}, view, []int64{1}, ""},
+		{"empty -1 kept", []int64{0, 3}, contig, []int64{-1, 3, 1}, view, []int64{3, 1, 1}, ""},
+		{"empty same shape", []int64{0, 3}, transposed, []int64{3, 0}, view, []int64{1, 3}, ""},
+		{"empty transposed", []int64{0, 3}, transposed, []int64{0, 3}, view, []int64{3, 1}, ""},
+		{"0-d", []int64{}, contig, []int64{1, 1}, view, []int64{1, 1}, ""},
+		{"0-d -1", []int64{}, contig, []int64{-1}, view, []int64{1}, ""},
+		{"to 0-d", []int64{1, 1}, contig, []int64{}, view, []int64{}, ""},
+		{"strided row", []int64{3, 3}, func(v *zerocopy.View) (*zerocopy.View, error) { return v.Slice(0, 1, 2, 1) },
+			[]int64{1, -1}, view, []int64{3, 1}, ""},
+		{"strided element to 0-d", []int64{3, 3}, func(v *zerocopy.View) (*zerocopy.View, error) {
+			r, err := v.Slice(0, 1, 2, 1)
+			if err != nil {
+				return nil, err
+			}
+			return r.Slice(1, 2, 3, 1)
+		}, []int64{}, view, []int64{}, ""},
+		{"ambiguous", []int64{0, 3}, contig, []int64{0, -1}, fails, nil,
+			"cannot infer dim 1 of [0, -1] for 0 elements: -1 is ambiguous"},
+		{"count", []int64{2, 3}, contig, []int64{4, 2}, fails, nil, "shape [4, 2] has 8 elements, the view [2, 3] has 6"},
+		{"count of a copy", []int64{2, 3}, transposed, []int64{4, 2}, fails, nil, "shape [4, 2] has 8 elements, the view [3, 2] has 6"},
+		{"infer", []int64{2, 3}, transposed, []int64{-1, 4}, fails, nil, "shape [-1, 4] is invalid for 6 elements"},
+		{"two -1", []int64{2, 3}, transposed, []int64{-1, -1}, fails, nil,
+			"shape [-1, -1] for 6 elements: dims 0 and 1 are both -1"},
+		{"negative", []int64{2, 3}, contig, []int64{-2, -3}, fails, nil,
+			"shape [-2, -3] for 6 elements: extent -2 for dim 0 is negative"},
+		{"0-d count", []int64{}, contig, []int64{2}, fails, nil, "shape [2] has 2 elements, the view [] has 1"},
+		{"overflow", []int64{2, 3}, contig, []int64{1 << 40, 1 << 40}, fails, nil,
+			"shape [1099511627776, 1099511627776] for 6 elements overflows int64 at dim 1"},
+		{"ndim", []int64{1}, contig, make([]int64, 65), fails, nil, "shape of 65 dims for 1 elements: ndim out of range (0..64)"},
 	}
 	for _, tc := range tests {
 		v, _ := iotaView(t, tc.base...)
@@ -304,34 +347,65 @@ func TestReshape(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
+		before := elems(t, d)
 		r, err := d.Reshape(tc.to...)
-		if tc.strides == nil {
-			if err == nil || !strings.Contains(err.Error(), tc.errWant) {
-				t.Errorf("%s: Reshape(%v) error %v, want %q", tc.name, tc.to, err, tc.errWant)
+		switch tc.outcome {
+		case view:
+			if err != nil {
+				t.Errorf("%s: Reshape(%v): %v", tc.name, tc.to, err)
+				continue
 			}
-			if err == nil {
-				r.Close()
+			if diff := cmp.Diff(tc.strides, r.Strides(), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s: strides (-want +got):\n%s", tc.name, diff)
 			}
-			d.Close()
+			if r.Ptr() != d.Ptr() || r.Owner() != d.Owner() {
+				t.Errorf("%s: a view moved the pointer or changed the owner", tc.name)
+			}
+		case copies:
+			if !errors.Is(err, zerocopy.ErrNeedsCopy) || !strings.Contains(fmt.Sprint(err), tc.errWant) {
+				t.Errorf("%s: Reshape(%v) error %v, want ErrNeedsCopy saying %q", tc.name, tc.to, err, tc.errWant)
+				continue
+			}
+			c := must(t)(zerocopy.Clone(d))
+			t.Cleanup(func() { c.Close() })
+			if r, err = c.Reshape(tc.to...); err != nil {
+				t.Errorf("%s: Reshape(%v) of a C-contiguous copy: %v", tc.name, tc.to, err)
+				continue
+			}
+			if !r.IsCContiguous() {
+				t.Errorf("%s: the copy reshaped to strides %v, not C-contiguous", tc.name, r.Strides())
+			}
+		case fails:
+			if err == nil || errors.Is(err, zerocopy.ErrNeedsCopy) || !strings.Contains(err.Error(), tc.errWant) {
+				t.Errorf("%s: Reshape(%v) error %v, want a shape error saying %q", tc.name, tc.to, err, tc.errWant)
+			}
 			continue
-		}
-		if err != nil {
-			t.Errorf("%s: Reshape(%v): %v", tc.name, tc.to, err)
-			d.Close()
-			continue
-		}
-		if diff := cmp.Diff(tc.strides, r.Strides(), cmpopts.EquateEmpty()); diff != "" {
-			t.Errorf("%s: strides (-want +got):\n%s", tc.name, diff)
 		}
 		// A reshape keeps the row-major order of the elements.
-		if diff := cmp.Diff(elems(t, d), elems(t, r)); diff != "" {
+		if diff := cmp.Diff(before, elems(t, r)); diff != "" {
 			t.Errorf("%s: elements changed (-before +after):\n%s", tc.name, diff)
 		}
-		if r.Ptr() != d.Ptr() {
-			t.Errorf("%s: pointer moved", tc.name)
+		if got, want := r.Shape(), inferred(tc.to, d.Len()); !cmp.Equal(got, want, cmpopts.EquateEmpty()) {
+			t.Errorf("%s: shape %v, want %v", tc.name, got, want)
 		}
-		closeAll(t, r, d)
 	}
+}
+
+// inferred is shape with its -1 (if any) replaced by what n elements leave.
+func inferred(shape []int64, n int64) []int64 {
+	out := slices.Clone(shape)
+	known := int64(1)
+	for _, e := range shape {
+		if e != -1 {
+			known *= e
+		}
+	}
+	for i, e := range out {
+		if e == -1 {
+			out[i] = n / known
+		}
+	}
+	return out
 }
 
 func TestFlatten(t *testing.T) {
