@@ -78,6 +78,7 @@ int32_t dlb_parse_dtype(char *s, int32_t *code, int32_t *bits, int32_t *lanes);
 int32_t dlb_permute(uint64_t h, int32_t n, int32_t *order, uint64_t *out, dlb_info *info);
 int32_t dlb_pin_memory(uint64_t h, uint64_t *out, dlb_info *info);
 int32_t dlb_pool_stats(int32_t dev, int64_t *out);
+int32_t dlb_reshape(uint64_t h, int32_t n, int64_t *shape, uint64_t *out, dlb_info *info);
 int32_t dlb_set_pinned_pool_limit(int64_t nbytes);
 int32_t dlb_stats(int64_t *liveTensors, int64_t *liveExports, int64_t *deleterCalls);
 int32_t dlb_stream_close(uint64_t h);
@@ -150,6 +151,7 @@ typedef struct {
 	int32_t (*permute)(uint64_t h, int32_t n, int32_t *order, uint64_t *out, dlb_info *info);
 	int32_t (*pin_memory)(uint64_t h, uint64_t *out, dlb_info *info);
 	int32_t (*pool_stats)(int32_t dev, int64_t *out);
+	int32_t (*reshape)(uint64_t h, int32_t n, int64_t *shape, uint64_t *out, dlb_info *info);
 	int32_t (*set_pinned_pool_limit)(int64_t nbytes);
 	int32_t (*stats)(int64_t *liveTensors, int64_t *liveExports, int64_t *deleterCalls);
 	int32_t (*stream_close)(uint64_t h);
@@ -223,6 +225,7 @@ typedef struct {
 	"dlb_permute", \
 	"dlb_pin_memory", \
 	"dlb_pool_stats", \
+	"dlb_reshape", \
 	"dlb_set_pinned_pool_limit", \
 	"dlb_stats", \
 	"dlb_stream_close", \

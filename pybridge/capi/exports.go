@@ -655,6 +655,35 @@ func dlb_permute(h C.uint64_t, n C.int32_t, order *C.int32_t, out *C.uint64_t, i
 	})
 }
 
+// dlb_reshape is Tensor.reshape, as torch.reshape: a view of h when its
+// strides allow one (zerocopy's Reshape), else a C-contiguous copy on h's
+// device made as clone() makes one (CopyToDevice: its memory pool and
+// stream order), reshaped. The copy is made only for a shape that Reshape
+// found valid, so a bad shape costs no copy.
+//
+//export dlb_reshape
+func dlb_reshape(h C.uint64_t, n C.int32_t, shape *C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+	return withTensor(h, func(t *pybridge.Tensor) error {
+		sh, err := int64s(shape, n)
+		if err != nil {
+			return err
+		}
+		r, err := t.View.Reshape(sh...)
+		if errors.Is(err, zerocopy.ErrNeedsCopy) {
+			c, cerr := pybridge.CopyToDevice(t.View, t.View.Device(), pybridge.CopyOptions{})
+			if cerr != nil {
+				return cerr
+			}
+			defer c.Close() // the result holds a reference of its own
+			r, err = c.Reshape(sh...)
+		}
+		if err != nil {
+			return pybridge.WithCode(pybridge.ValueError, err)
+		}
+		return publishTo(out, info)(r.Retain()) // the new handle outlives t's (and c's)
+	})
+}
+
 //export dlb_stats
 func dlb_stats(liveTensors, liveExports, deleterCalls *C.int64_t) C.int32_t {
 	if liveTensors != nil {

@@ -389,6 +389,25 @@ class Tensor(_Base):
         dims = C.integers(dims, "dims", C.INT32)
         return _core.dlb_permute(self._handle(), len(dims), dims)
 
+    def reshape(self, *shape):
+        """The same elements in row-major order with a new shape, as
+        torch.reshape: a view sharing this memory when the strides allow
+        one, else a C-contiguous copy on the same device (as clone() makes
+        it). One extent may be -1, inferred from the element count. The
+        shape is given as integers or as one tuple or list of them."""
+        if len(shape) == 1 and not C.is_integer(shape[0]):
+            shape = C.sequence(shape[0], "shape", _lib.MAX_NDIM)
+        elif not shape:
+            raise TypeError("dlbridge: reshape() needs a shape, e.g. reshape(-1) or reshape(()) for 0-d")
+        shape = C.integers(shape, "shape", C.INT64)
+        return _core.dlb_reshape(self._handle(), len(shape), shape)
+
+    def contiguous(self):
+        """self when C-contiguous (is_contiguous()), else a C-contiguous copy
+        on the same device (clone()), as torch's Tensor.contiguous."""
+        self._handle()  # a closed tensor raises, contiguous or not
+        return self if self.is_contiguous() else self.clone()
+
     def transpose(self, dim0=None, dim1=None):
         """Swap two dimensions, or reverse them all when none are given
         (NumPy's a.T). No copy: the result shares memory."""

@@ -573,6 +573,21 @@ static PyObject *x_dlb_pool_stats(PyObject *mod, PyObject *const *args, Py_ssize
 	return Py_BuildValue("(NNNNN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]), PyLong_FromLongLong(a1[2]), PyLong_FromLongLong(a1[3]), PyLong_FromLongLong(a1[4]));
 }
 
+static PyObject *x_dlb_reshape(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "dlb_reshape") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	int32_t a1; X_INT(args[1], "n", "int32", INT32_MIN, INT32_MAX, a1);
+	int64_t a2_[64], *a2; if (x_ints_int64(args[2], "shape", a2_, &a2) < 0) return NULL;
+	uint64_t a3 = 0;
+	uint64_t epoch = epoch_now(); // before Go's info: see _core.c's fill
+	dlb_info a4;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.reshape(a0, a1, a2, &a3, &a4); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return x_tensor(a3, &a4, epoch);
+}
+
 static PyObject *x_dlb_set_pinned_pool_limit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 1, 1, "dlb_set_pinned_pool_limit") < 0) return NULL;
 	int64_t a0; X_INT(args[0], "nbytes", "int64", INT64_MIN, INT64_MAX, a0);
@@ -764,6 +779,7 @@ static PyMethodDef export_methods[] = {
 	{"dlb_permute", (PyCFunction)(void (*)(void))x_dlb_permute, METH_FASTCALL, NULL},
 	{"dlb_pin_memory", (PyCFunction)(void (*)(void))x_dlb_pin_memory, METH_FASTCALL, NULL},
 	{"dlb_pool_stats", (PyCFunction)(void (*)(void))x_dlb_pool_stats, METH_FASTCALL, NULL},
+	{"dlb_reshape", (PyCFunction)(void (*)(void))x_dlb_reshape, METH_FASTCALL, NULL},
 	{"dlb_set_pinned_pool_limit", (PyCFunction)(void (*)(void))x_dlb_set_pinned_pool_limit, METH_FASTCALL, NULL},
 	{"dlb_stats", (PyCFunction)(void (*)(void))x_dlb_stats, METH_FASTCALL, NULL},
 	{"dlb_stream_close", (PyCFunction)(void (*)(void))x_dlb_stream_close, METH_FASTCALL, NULL},
