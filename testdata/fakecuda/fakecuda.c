@@ -200,7 +200,7 @@ static alloc *allocs;
 static int nallocs, capallocs;
 static unsigned long long next_id = 1;
 
-enum { OP_COPY = 1, OP_MEMSET8, OP_MEMSET32, OP_KERNEL, OP_RECORD, OP_WAIT, OP_FREE, OP_COPY2D, OP_COPY3D, OP_POLL };
+enum { OP_COPY = 1, OP_MEMSET8, OP_MEMSET32, OP_KERNEL, OP_RECORD, OP_WAIT, OP_FREE, OP_COPY2D, OP_COPY3D, OP_POLL, OP_RESIZE };
 
 /* fakecuda_launch_poll's work: 0 when done, nonzero while not ready. */
 typedef int (*poll_fn)(void *arg, int blocking);
@@ -861,6 +861,13 @@ static int exec_op(op *o) {
             if (a->async) pool_release(a->dev, a->size);
             del_alloc(a);
         }
+        return 0;
+    }
+    case OP_RESIZE: {
+        /* A take-over's boundary (cuMemAllocFromPoolAsync): from here on
+         * the stream's work is the new owner's, checked against its size. */
+        alloc *a = find_alloc(o->dst);
+        if (a && a->base == o->dst) a->size = o->n;
         return 0;
     }
     case OP_COPY3D:
@@ -2527,12 +2534,19 @@ EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t n, void *h, voi
         alloc *a = &allocs[i];
         if (a->ipool != p || a->ipc_imported || !a->free_pending || a->free_stream != s->id) continue;
         if ((a->size + IPC_ALIGN - 1) / IPC_ALIGN * IPC_ALIGN != need) continue;
+        /* Work queued before the free still runs on the old owner's bytes
+         * (a copy from a tensor that was freed after it): the block keeps
+         * the larger of the two sizes until OP_RESIZE, queued here, runs. */
         a->free_pending = 0;
         a->free_stream = 0;
-        a->size = n;
+        if (n > a->size) a->size = n;
         a->ctx = c;
         a->dev = c->dev;
         p->reused++;
+        op *o = new_op(OP_RESIZE);
+        o->dst = a->base;
+        o->n = n;
+        submit(s, c, o);
         memset_op(s, c, (CUdeviceptr)a->base, 0xcd, n, 0);
         *ptr = (CUdeviceptr)a->base;
         RETURN(0);
