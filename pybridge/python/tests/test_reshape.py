@@ -4,6 +4,8 @@ the same rule) and torch.reshape (strides too, where torch is installed), on
 CPU tensors and on CUDA tensors (the fake driver of `make pytest-fakecuda`,
 or a GPU)."""
 
+import gc
+
 import pytest
 
 import dlbridge
@@ -215,3 +217,19 @@ def test_reshape_copy_waits_for_a_pending_write():
     assert np.array_equal(_host(r), src.T.reshape(-1))
     c = x[:, :3].contiguous()
     assert np.array_equal(_host(c), src[:, :3])
+
+
+@pytest.mark.gpu
+def test_reshape_copy_outlives_its_source():
+    """A reshape's copy still queued when its source is freed: the freed
+    memory may serve the next allocation on the same stream at once (as the
+    driver's stream-ordered pools do), and the queued copy still reads the
+    source's elements, before the new owner's work (a smaller allocation,
+    of the same rounded size)."""
+    t = dlbridge.arange(24, dtype="float32", device="cuda:0").reshape(4, 6)
+    r = t.T.reshape(-1)
+    del t
+    gc.collect()
+    x = dlbridge.arange(9, dtype="float32", device="cuda:0")
+    assert np.array_equal(_host(r), np.arange(24, dtype=np.float32).reshape(4, 6).T.reshape(-1))
+    assert np.array_equal(_host(x), np.arange(9, dtype=np.float32))
