@@ -561,3 +561,25 @@ func retAll(ops []*ncclOp) {
 // LiveNCCLObjects is the number of open worlds, communicators and batches
 // (for leak tests).
 func LiveNCCLObjects() int { return ncclObjects.Len() }
+
+// NCCLSplit makes a communicator of the ranks of comm that pass the same
+// color, numbered by key (ncclCommSplit; every rank calls it); 0 for
+// color nccl.NoColor (-1), which joins none.
+func NCCLSplit(comm Handle, color, key int) (Handle, error) {
+	c, err := ncclGet[*nccl.Comm](comm, "communicator")
+	if err != nil {
+		return 0, err
+	}
+	if color < nccl.NoColor {
+		return 0, Errorf(ValueError, "dlbridge.nccl: split: color %d: must be >= 0, or -1 for none", color)
+	}
+	nc, err := c.Split(color, key)
+	if err != nil {
+		return 0, ncclDone("split", err)
+	}
+	failures.Delete(syscall.Gettid())
+	if nc == nil {
+		return 0, nil
+	}
+	return ncclObjects.Add(nc), nil
+}

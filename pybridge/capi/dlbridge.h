@@ -89,6 +89,7 @@ int32_t dlb_nccl_init_rank(char *id, int32_t nranks, int32_t rank, int32_t dev, 
 int32_t dlb_nccl_join(char *env, int32_t dev, int64_t timeoutMS, uint64_t *out);
 int32_t dlb_nccl_last_failure(char *buf, int64_t capacity, int64_t *n);
 int32_t dlb_nccl_live(int64_t *out);
+int32_t dlb_nccl_split(uint64_t comm, int32_t color, int32_t key, uint64_t *out);
 int32_t dlb_nccl_unique_id(char *buf, int64_t capacity, int64_t *n);
 int32_t dlb_nccl_wait(uint64_t h);
 int32_t dlb_nccl_world_close(uint64_t h);
@@ -181,6 +182,7 @@ typedef struct {
 	int32_t (*nccl_join)(char *env, int32_t dev, int64_t timeoutMS, uint64_t *out);
 	int32_t (*nccl_last_failure)(char *buf, int64_t capacity, int64_t *n);
 	int32_t (*nccl_live)(int64_t *out);
+	int32_t (*nccl_split)(uint64_t comm, int32_t color, int32_t key, uint64_t *out);
 	int32_t (*nccl_unique_id)(char *buf, int64_t capacity, int64_t *n);
 	int32_t (*nccl_wait)(uint64_t h);
 	int32_t (*nccl_world_close)(uint64_t h);
@@ -274,6 +276,7 @@ typedef struct {
 	"dlb_nccl_join", \
 	"dlb_nccl_last_failure", \
 	"dlb_nccl_live", \
+	"dlb_nccl_split", \
 	"dlb_nccl_unique_id", \
 	"dlb_nccl_wait", \
 	"dlb_nccl_world_close", \

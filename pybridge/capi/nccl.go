@@ -235,3 +235,13 @@ func dlb_nccl_live(out *C.int64_t) C.int32_t {
 		return nil
 	})
 }
+
+// dlb_nccl_split makes the communicator of the ranks of comm that pass
+// the same color, numbered by key; *out is 0 for color -1 (none).
+//
+//export dlb_nccl_split
+func dlb_nccl_split(comm C.uint64_t, color, key C.int32_t, out *C.uint64_t) C.int32_t {
+	return handleOut(out, func() (pybridge.Handle, error) {
+		return pybridge.NCCLSplit(pybridge.Handle(comm), int(color), int(key))
+	})
+}

@@ -709,6 +709,19 @@ static PyObject *x_dlb_nccl_live(PyObject *mod, PyObject *const *args, Py_ssize_
 	return PyLong_FromLongLong(a0);
 }
 
+static PyObject *x_dlb_nccl_split(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "dlb_nccl_split") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "comm", "uint64", UINT64_MAX, a0);
+	int32_t a1; X_INT(args[1], "color", "int32", INT32_MIN, INT32_MAX, a1);
+	int32_t a2; X_INT(args[2], "key", "int32", INT32_MIN, INT32_MAX, a2);
+	uint64_t a3 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_split(a0, a1, a2, &a3); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return PyLong_FromUnsignedLongLong(a3);
+}
+
 static PyObject *x_dlb_nccl_unique_id(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 0, 0, "dlb_nccl_unique_id") < 0) return NULL;
 	char a0_[4096], *a0 = a0_; int64_t a0_cap = sizeof a0_;
@@ -1027,6 +1040,7 @@ static PyMethodDef export_methods[] = {
 	{"dlb_nccl_join", (PyCFunction)(void (*)(void))x_dlb_nccl_join, METH_FASTCALL, NULL},
 	{"dlb_nccl_last_failure", (PyCFunction)(void (*)(void))x_dlb_nccl_last_failure, METH_FASTCALL, NULL},
 	{"dlb_nccl_live", (PyCFunction)(void (*)(void))x_dlb_nccl_live, METH_FASTCALL, NULL},
+	{"dlb_nccl_split", (PyCFunction)(void (*)(void))x_dlb_nccl_split, METH_FASTCALL, NULL},
 	{"dlb_nccl_unique_id", (PyCFunction)(void (*)(void))x_dlb_nccl_unique_id, METH_FASTCALL, NULL},
 	{"dlb_nccl_wait", (PyCFunction)(void (*)(void))x_dlb_nccl_wait, METH_FASTCALL, NULL},
 	{"dlb_nccl_world_close", (PyCFunction)(void (*)(void))x_dlb_nccl_world_close, METH_FASTCALL, NULL},

@@ -1,0 +1,196 @@
+"""dlbridge.nccl: Python ranks and Go ranks in one NCCL communicator.
+
+The mixed jobs start four processes joined from the environment as torchrun
+starts ranks (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK): Go
+ranks are the nccl package's test binary running a scenario of
+nccl/rank_test.go (NCCL_TEST_SCENARIO; DLBRIDGE_NCCL_RANK names a built
+one, else it is built here with go), Python ranks run nccl_rank.py, which
+mirrors those scenarios operation for operation: every operation with
+verified data, a killed rank (the survivors fail within the deadline,
+naming it, and go on with a rebuilt communicator), a hung one.
+
+Without a GPU the ranks use the fake driver (testdata/fakecuda, as make
+pytest-fakecuda runs this suite) and the fake NCCL (testdata/fakenccl,
+built here with gcc unless DLBRIDGE_LIBNCCL names one); on the GPU
+machine (DLBRIDGE_GPU=1) the real ones, one rank per GPU, and the Python
+ranks use PyTorch CUDA tensors.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import dlbridge
+import dlbridge.nccl as nccl
+
+pytestmark = pytest.mark.gpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RANK_SCRIPT = os.path.join(HERE, "nccl_rank.py")
+GPU = os.environ.get("DLBRIDGE_GPU") == "1"
+
+
+def _repo_root():
+    d = HERE
+    while True:
+        if os.path.exists(os.path.join(d, "go.mod")) and os.path.isdir(os.path.join(d, "nccl")):
+            return d
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
+
+
+def _fake_driver():
+    """Whether dlbridge's driver is the fake (it exports fakecuda_calls)."""
+    import ctypes
+    path = os.environ.get("DLBRIDGE_LIBCUDA")
+    return bool(path) and hasattr(ctypes.CDLL(path), "fakecuda_calls")
+
+
+@pytest.fixture(scope="module")
+def rank_env(tmp_path_factory):
+    """The environment of every rank process: the fake NCCL and four fake
+    devices without a GPU."""
+    env = dict(os.environ)
+    if GPU or not _fake_driver():
+        return env
+    env["FAKECUDA_DEVICES"] = "4"
+    if env.get("DLBRIDGE_LIBNCCL"):
+        return env
+    root, gcc = _repo_root(), shutil.which(os.environ.get("CC", "gcc"))
+    if root is None or gcc is None:
+        pytest.skip("needs gcc and the repository (or DLBRIDGE_LIBNCCL) for the fake NCCL")
+    lib = str(tmp_path_factory.mktemp("fakenccl") / "libnccl.so.2")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", lib,
+                    os.path.join(root, "testdata", "fakenccl", "fakenccl.c"), "-lpthread", "-ldl"], check=True)
+    env["DLBRIDGE_LIBNCCL"] = lib
+    return env
+
+
+@pytest.fixture(scope="module")
+def go_rank(tmp_path_factory):
+    exe = os.environ.get("DLBRIDGE_NCCL_RANK")
+    if exe:
+        return exe
+    go, root = shutil.which("go"), _repo_root()
+    if go is None or root is None:
+        pytest.skip("needs go and the repository (or DLBRIDGE_NCCL_RANK) for the Go ranks")
+    exe = str(tmp_path_factory.mktemp("nccl") / "nccl.test")
+    subprocess.run([go, "test", "-c", "-o", exe, "./nccl"], cwd=root, env=dict(os.environ, CGO_ENABLED="0"),
+                   check=True)
+    return exe
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _size():
+    """Four ranks on the fake's four devices; one per GPU on the GPU machine."""
+    return min(4, dlbridge.cuda_device_count()) if GPU else 4
+
+
+def _job(go_rank, env, scenario, layout, timeout, limit=120, extra=None):
+    """Runs one rank process per letter of layout ("g": Go, "p": Python)
+    and returns [(rank, kind, exit code, output)]; a job that does not end
+    within limit seconds is killed and fails the test (a hang)."""
+    port = _free_port()
+    procs = []
+    for r, kind in enumerate(layout):
+        e = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(len(layout)),
+                 LOCAL_RANK=str(r), DLBRIDGE_NCCL_TIMEOUT=timeout, **(extra or {}))
+        if kind == "g":
+            args = [go_rank, "-test.run=^$"]
+            e["NCCL_TEST_SCENARIO"] = scenario
+        else:
+            args = [sys.executable, RANK_SCRIPT, scenario]
+        procs.append(subprocess.Popen(args, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + limit
+    out = []
+    for r, p in enumerate(procs):
+        try:
+            text, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            texts = [q.communicate()[0] for q in procs]
+            pytest.fail("scenario %s (%s): the ranks did not finish within %d s (a hang):\n%s"
+                        % (scenario, layout, limit, "\n".join("rank %d:\n%s" % x for x in enumerate(texts))))
+        out.append((r, layout[r], p.returncode, text))
+    return out
+
+
+def _report(res):
+    return "\n".join("rank %d (%s) exited %d:\n%s" % r for r in res)
+
+
+def _layouts(n):
+    """Go and Python ranks alternating, a Go rank 0 (which hosts the
+    rendezvous) and a Python one."""
+    return ["gpgp"[:n], "pgpg"[:n]]
+
+
+@pytest.mark.parametrize("first", [0, 1], ids=["go-hosts", "python-hosts"])
+def test_every_operation_go_and_python_ranks(go_rank, rank_env, first):
+    n = _size()
+    if n < 2:
+        pytest.skip("needs 2 devices")
+    layout = _layouts(n)[first]
+    res = _job(go_rank, rank_env, "ops", layout, "60s")
+    for r, kind, code, text in res:
+        assert code == 0 and "rank %d ok" % r in text, _report(res)
+
+
+@pytest.mark.parametrize("victim,extra", [("p", None), ("g", None), ("p", {"FAKENCCL_NO_PEER_CHECK": "1"})],
+                         ids=["python-killed", "go-killed", "python-killed-deadline-only"])
+def test_killed_rank(go_rank, rank_env, victim, extra):
+    n = _size()
+    if n < 3 and not GPU:
+        pytest.skip("needs 3 devices")
+    if extra and GPU:
+        pytest.skip("FAKENCCL_NO_PEER_CHECK is the fake's")
+    layout = next(lay for lay in _layouts(n) if lay[-1] == victim)
+    timeout = "20s" if GPU else "3s"
+    start = time.monotonic()
+    res = _job(go_rank, rank_env, "kill", layout, timeout, extra=extra)
+    took = time.monotonic() - start
+    for r, kind, code, text in res[:-1]:
+        assert code == 0 and "expected failure" in text and "rank %d ok" % r in text, _report(res)
+    # The Python victim is killed (SIGKILL); the Go one exits at once.
+    assert "ok" not in res[-1][3] and (victim == "g" or res[-1][2] == -9), _report(res)
+    assert took < 60, "the job took %.0f s" % took
+
+
+def test_hung_rank(go_rank, rank_env):
+    n = min(_size(), 3)
+    if n < 3:
+        pytest.skip("needs 3 devices")
+    res = _job(go_rank, rank_env, "hang", "gpg"[:n], "20s" if GPU else "2s")
+    for r, kind, code, text in res:
+        assert code == 0, _report(res)
+    for r, kind, code, text in res[:-1]:
+        assert "expected failure" in text and "TimeoutError" in text or kind == "g", _report(res)
+
+
+def test_api_checks(rank_env):
+    """One Python rank alone (nccl_rank.py api): the checks of arguments,
+    unique ids in CuPy's form, abort and close, no handle left behind."""
+    p = subprocess.run([sys.executable, RANK_SCRIPT, "api"], env=dict(rank_env, LOCAL_RANK="0"),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0 and "api ok" in p.stdout, p.stdout
+
+
+def test_errors_are_classes():
+    assert issubclass(nccl.NCCLError, RuntimeError)
+    assert issubclass(nccl.NCCLTimeoutError, nccl.NCCLError)
+    assert issubclass(nccl.NCCLTimeoutError, TimeoutError)
+    e = nccl.NCCLTimeoutError("x", op="all_reduce", missing=[3], timeout=2.0)
+    assert (e.op, e.missing, e.timeout, str(e)) == ("all_reduce", [3], 2.0, "x")
