@@ -194,3 +194,35 @@ def test_errors_are_classes():
     assert issubclass(nccl.NCCLTimeoutError, TimeoutError)
     e = nccl.NCCLTimeoutError("x", op="all_reduce", missing=[3], timeout=2.0)
     assert (e.op, e.missing, e.timeout, str(e)) == ("all_reduce", [3], 2.0, "x")
+
+
+def _readme_nccl_block():
+    root = _repo_root()
+    path = root and os.path.join(root, "README.md")
+    if not path or not os.path.exists(path):
+        pytest.skip("needs the source checkout's README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("### Beyond one node: NCCL"):]
+    start = section.index("```sh\n") + len("```sh\n")
+    return root, section[start:section.index("```", start)]
+
+
+def test_readme_nccl_block(rank_env):
+    """The README's NCCL block as written (a Go rank and a Python rank
+    joined from the environment), against the fakes here, with a free port
+    for its 29500; docs-test skips it (no GPU, no fakes there)."""
+    root, block = _readme_nccl_block()
+    if shutil.which("go") is None:
+        pytest.skip("needs go")
+    assert "examples/nccl/nccl.py" in block and "./examples/nccl" in block, block
+    block = block.replace("MASTER_PORT=29500", "MASTER_PORT=%d" % _free_port())
+    env = dict(rank_env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               DLBRIDGE_NCCL_TIMEOUT="60s")
+    p = subprocess.run(["bash", "-e", "-c", block], cwd=root, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    out = p.stdout
+    assert p.returncode == 0, out
+    for want in ("rank 0: all_reduce sum [3 3] (want 3)", "rank 1: all_reduce sum [3.0, 3.0] (want 3)",
+                 "rank 0: received [100 101] from rank 1", "rank 1: received [0.0, 1.0] from rank 0"):
+        assert want in out, out
