@@ -5,7 +5,7 @@ Go ranks, it runs one of the scenarios that the Go ranks run
 NCCL_TEST_SCENARIO), operation for operation in the same order and with
 the same data, and checks every result:
 
-    python nccl_rank.py ops|kill|hang
+    python nccl_rank.py ops|kill|hang|example|pair|api
 
 Tensors are PyTorch CUDA tensors where torch has CUDA (the GPU machine),
 else dlbridge tensors made from NumPy arrays on the (fake) CUDA device.
@@ -257,12 +257,116 @@ def api():
     print("api ok", flush=True)
 
 
-SCENARIOS = {"ops": ops, "kill": kill, "hang": hang}
+def slow(torch, x, values, side):
+    """Writes values into x on stream side after a kernel that spins for
+    about 50 ms (a slow producer): a reader not ordered after it reads what
+    x held before."""
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        x.copy_(torch.tensor(values, dtype=x.dtype).to(x.device, non_blocking=True))
+
+
+def example(world, B):
+    """The exchanges of examples/nccl (its Go program is the other rank),
+    each input written by a slow producer on a side stream: the all-reduce
+    runs on that stream (torch's current one there); the ring's sends and
+    receives on another stream, ordered after the producer by dlbridge."""
+    torch = B.torch
+    c = world.comm
+    r, n = c.rank, c.size
+    side, other = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.zeros(2, device=B.dev)
+    slow(torch, x, [r + 1.0, r + 1.0], side)
+    with torch.cuda.stream(side):
+        c.all_reduce(x)  # on torch's current stream: side
+    side.synchronize()
+    check("all_reduce after a slow producer", x.tolist(), [n * (n + 1) / 2] * 2)
+    out, into = torch.zeros(2, device=B.dev), torch.zeros(2, device=B.dev)
+    slow(torch, out, [100.0 * r, 100.0 * r + 1], side)
+    with torch.cuda.stream(side):
+        t_out = dlbridge.from_dlpack(out)  # pending on side, where the producer wrote
+    with c.group() as g:
+        g.send(t_out, (r + 1) % n, stream=other)  # other waits for side on the GPU
+        g.recv(into, (r - 1) % n, stream=other)
+    other.synchronize()
+    prev = (r - 1) % n
+    check("ring after a slow producer", into.tolist(), [100.0 * prev, 100.0 * prev + 1])
+    c.finalize()
+
+
+def pair():
+    """Two Python ranks of one communicator, one of them CuPy's
+    NcclCommunicator (NCCL_PAIR_LIB=cupy), with a unique id that rank 0
+    makes (with dlbridge or CuPy, NCCL_PAIR_ID=dlbridge|cupy) and hands
+    over in the file NCCL_PAIR_FILE."""
+    rank, lib = int(os.environ["RANK"]), os.environ["NCCL_PAIR_LIB"]
+    path, maker = os.environ["NCCL_PAIR_FILE"], os.environ["NCCL_PAIR_ID"]
+    if rank == 0:
+        if maker == "cupy":
+            from cupy.cuda import nccl as cnccl
+            uid = bytes(b & 0xFF for b in cnccl.get_unique_id())
+        else:
+            uid = nccl.get_unique_id()
+        with open(path + ".tmp", "wb") as f:
+            f.write(uid)
+        os.rename(path + ".tmp", path)
+    else:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise AssertionError("no unique id in %s" % path)
+            time.sleep(0.01)
+        with open(path, "rb") as f:
+            uid = f.read()
+    n, k = 2, 1 << 20
+    if lib == "cupy":
+        import cupy
+        from cupy.cuda import nccl as cnccl
+        cupy.cuda.Device(rank).use()
+        comm = cnccl.NcclCommunicator(n, tuple(b - 256 if b > 127 else b for b in uid), rank)
+        s = cupy.cuda.Stream(non_blocking=True)
+        x = cupy.full(k, rank + 1, dtype=cupy.float32)
+        comm.allReduce(x.data.ptr, x.data.ptr, k, cnccl.NCCL_FLOAT32, cnccl.NCCL_SUM, s.ptr)
+        b = cupy.full(k, 7 * rank, dtype=cupy.float32)
+        comm.broadcast(b.data.ptr, b.data.ptr, k, cnccl.NCCL_FLOAT32, 1, s.ptr)
+        out, into = cupy.full(k, 10.0 * rank, dtype=cupy.float32), cupy.zeros(k, dtype=cupy.float32)
+        cnccl.groupStart()
+        comm.send(out.data.ptr, k, cnccl.NCCL_FLOAT32, 1 - rank, s.ptr)
+        comm.recv(into.data.ptr, k, cnccl.NCCL_FLOAT32, 1 - rank, s.ptr)
+        cnccl.groupEnd()
+        s.synchronize()
+        got = [float(x[0]), float(x[-1]), float(b[0]), float(b[-1]), float(into[0]), float(into[-1])]
+        comm.destroy()
+    else:
+        import torch
+        torch.cuda.set_device(rank)
+        c = nccl.Communicator(n, uid, rank, device=rank, timeout=60)
+        side = torch.cuda.Stream()
+        x = torch.zeros(k, device="cuda")
+        slow(torch, x, [rank + 1.0] * k, side)
+        with torch.cuda.stream(side):
+            c.all_reduce(x)
+            b = torch.full((k,), 7.0 * rank, device="cuda")
+            c.broadcast(b, 1)
+            out, into = torch.full((k,), 10.0 * rank, device="cuda"), torch.zeros(k, device="cuda")
+            with c.group() as g:
+                g.send(out, 1 - rank)
+                g.recv(into, 1 - rank)
+        side.synchronize()
+        got = [x[0].item(), x[-1].item(), b[0].item(), b[-1].item(), into[0].item(), into[-1].item()]
+        c.finalize()
+    check("%s rank %d" % (lib, rank), got, [3.0, 3.0, 7.0, 7.0, 10.0 * (1 - rank), 10.0 * (1 - rank)])
+    print("rank %d ok (%s)" % (rank, lib), flush=True)
+
+
+SCENARIOS = {"ops": ops, "kill": kill, "hang": hang, "example": example}
 
 
 def main():
     if sys.argv[1] == "api":
         return api()
+    if sys.argv[1] == "pair":
+        return pair()
     scenario = SCENARIOS[sys.argv[1]]
     world = nccl.from_env()
     B = backend(world.comm.device)

@@ -153,8 +153,8 @@ def test_every_operation_go_and_python_ranks(go_rank, rank_env, first):
                          ids=["python-killed", "go-killed", "python-killed-deadline-only"])
 def test_killed_rank(go_rank, rank_env, victim, extra):
     n = _size()
-    if n < 3 and not GPU:
-        pytest.skip("needs 3 devices")
+    if n < 2:
+        pytest.skip("needs 2 devices")
     if extra and GPU:
         pytest.skip("FAKENCCL_NO_PEER_CHECK is the fake's")
     layout = next(lay for lay in _layouts(n) if lay[-1] == victim)
@@ -226,3 +226,72 @@ def test_readme_nccl_block(rank_env):
     for want in ("rank 0: all_reduce sum [3 3] (want 3)", "rank 1: all_reduce sum [3.0, 3.0] (want 3)",
                  "rank 0: received [100 101] from rank 1", "rank 1: received [0.0, 1.0] from rank 0"):
         assert want in out, out
+
+
+# ---- two GPUs (DLBRIDGE_GPU=1): PyTorch and CuPy ranks, slow producers ----
+
+def _two_gpus_with_torch():
+    if not GPU:
+        pytest.skip("two GPUs with NCCL (DLBRIDGE_GPU=1)")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs PyTorch with two CUDA devices")
+
+
+@pytest.fixture(scope="module")
+def go_example(tmp_path_factory):
+    exe = os.environ.get("DLBRIDGE_NCCL_EXAMPLE")
+    if exe:
+        return exe
+    go, root = shutil.which("go"), _repo_root()
+    if go is None or root is None:
+        pytest.skip("needs go and the repository (or DLBRIDGE_NCCL_EXAMPLE) for examples/nccl")
+    exe = str(tmp_path_factory.mktemp("ncclex") / "ncclex")
+    subprocess.run([go, "build", "-o", exe, "./examples/nccl"], cwd=root, env=dict(os.environ, CGO_ENABLED="0"),
+                   check=True)
+    return exe
+
+
+def test_gpu_go_and_torch_slow_producer(go_example, rank_env):
+    """examples/nccl's Go program and a PyTorch rank whose inputs a slow
+    kernel writes on a side stream: what the Go rank receives and what the
+    all-reduce gives are right only if nothing read them early."""
+    _two_gpus_with_torch()
+    port = _free_port()
+    base = dict(rank_env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", DLBRIDGE_NCCL_TIMEOUT="120s")
+    go = subprocess.Popen([go_example], env=dict(base, RANK="0", LOCAL_RANK="0"), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    py = subprocess.Popen([sys.executable, RANK_SCRIPT, "example"], env=dict(base, RANK="1", LOCAL_RANK="1"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        gout, _ = go.communicate(timeout=300)
+        pout, _ = py.communicate(timeout=300)
+    finally:
+        go.kill()
+        py.kill()
+    assert go.returncode == 0 and py.returncode == 0 and "rank 1 ok" in pout, gout + "\n" + pout
+    assert "rank 0: all_reduce sum [3 3] (want 3)" in gout and "rank 0: received [100 101] from rank 1" in gout, gout
+
+
+@pytest.mark.parametrize("libs,maker", [(("dlbridge", "cupy"), "dlbridge"), (("cupy", "dlbridge"), "cupy")],
+                         ids=["dlbridge-id", "cupy-id"])
+def test_gpu_cupy_communicator_joins(rank_env, tmp_path, libs, maker):
+    """CuPy's NcclCommunicator and a dlbridge.nccl rank (PyTorch tensors,
+    a slow producer) in one communicator, with a unique id that either
+    made: all-reduce, broadcast and a grouped exchange of 4 MiB each."""
+    _two_gpus_with_torch()
+    pytest.importorskip("cupy")
+    path = str(tmp_path / "uid")
+    procs = [subprocess.Popen([sys.executable, RANK_SCRIPT, "pair"],
+                              env=dict(rank_env, RANK=str(r), NCCL_PAIR_LIB=libs[r], NCCL_PAIR_FILE=path,
+                                       NCCL_PAIR_ID=maker),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=300)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    assert "rank 0 ok (%s)" % libs[0] in outs[0] and "rank 1 ok (%s)" % libs[1] in outs[1], "\n".join(outs)
