@@ -189,7 +189,10 @@ class Communicator:
     ``__dlpack__``), contiguous, on the communicator's device; ``stream=``
     (a torch or CuPy stream, a dlbridge.Stream, a CUstream handle) picks
     the stream, else the tensors' framework's current stream. They return
-    at once, with the work queued.
+    at once, with the work queued. On a stream= other than the framework's
+    current one, keep the tensors alive until that stream has run them (the
+    framework's allocator reuses freed memory in the order of its own
+    stream: torch's Tensor.record_stream rule).
     """
 
     def __init__(self, nranks, unique_id, rank, device=None, timeout=None):
