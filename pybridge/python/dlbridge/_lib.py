@@ -24,7 +24,7 @@ library itself and works normally.
 import _thread
 import os
 
-from ._loaderr import load_extension
+from ._loaderr import check_library, load_extension
 
 _core = load_extension()
 
@@ -77,6 +77,12 @@ def _open():
             tried.append(path + " (missing)")
             continue
         _refuse_second_runtime(path)
+        problem = check_library(path, _core.export_names())
+        if problem:
+            if not (_chosen or os.environ.get("DLBRIDGE_LIB")):  # the package's own library
+                problem += ("; reinstall dlbridge (pip install --force-reinstall dlbridge), or in a source "
+                            "checkout rebuild it (make ext)")
+            raise ImportError("dlbridge: cannot load %s: %s" % (path, problem))
         try:
             _core.load(path)
             return path
@@ -119,68 +125,31 @@ def use_library(path):
     _chosen = real
 
 
-def go_libraries_mapped():
-    """The Go-built shared libraries mapped into this process (those with a
-    .go.buildinfo section), by resolved path (Linux: /proc/self/maps)."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
-    except OSError:
-        return []
-    found = []
-    for p in sorted(paths):
-        if p.startswith("[") or ".so" not in os.path.basename(p):
-            continue
-        if _is_go_elf(p):
-            found.append(os.path.realpath(p))
-    return found
-
-
-_go_elf_cache = {}
-
-
-def _is_go_elf(path):
-    hit = _go_elf_cache.get(path)
-    if hit is not None:
-        return hit
-    hit = False
-    try:
-        with open(path, "rb") as f:
-            h = f.read(64)
-            if len(h) == 64 and h[:4] == b"\x7fELF" and h[4] == 2:  # ELF64
-                order = "little" if h[5] == 1 else "big"
-                shoff = int.from_bytes(h[0x28:0x30], order)
-                shentsize = int.from_bytes(h[0x3A:0x3C], order)
-                shnum = int.from_bytes(h[0x3C:0x3E], order)
-                shstrndx = int.from_bytes(h[0x3E:0x40], order)
-                if shoff and 0 < shnum < 65536 and shstrndx < shnum and shentsize >= 64:
-                    f.seek(shoff)
-                    table = f.read(shentsize * shnum)
-                    e = table[shstrndx * shentsize:(shstrndx + 1) * shentsize]
-                    stroff = int.from_bytes(e[0x18:0x20], order)
-                    strsize = int.from_bytes(e[0x20:0x28], order)
-                    f.seek(stroff)
-                    names = f.read(min(strsize, 1 << 20))
-                    for i in range(shnum):
-                        off = int.from_bytes(table[i * shentsize:i * shentsize + 4], order)
-                        if names[off:off + 14] == b".go.buildinfo\0":
-                            hit = True
-                            break
-    except OSError:
-        hit = False
-    if len(_go_elf_cache) < 4096:
-        _go_elf_cache[path] = hit
-    return hit
+def drop_choice():
+    """Forget the library use_library chose when it did not load (a file
+    refused before dlopen, which started nothing): the process may load
+    another, or its default library."""
+    global _chosen
+    if not _opened:
+        _chosen = None
 
 
 def _refuse_second_runtime(path):
     """Refuse to load path beside another Go-built library already in the
-    process: two Go runtimes in one process crash it."""
+    process: two Go runtimes in one process crash it. The extension finds
+    them among the objects the dynamic loader has mapped, by the symbols of
+    Go's cgo runtime, whatever their files are named and whether those
+    still exist."""
     real = os.path.realpath(path)
-    others = [p for p in go_libraries_mapped() if p != real]
-    if others:
+    for other in _core.go_runtimes():
+        try:
+            if os.path.samefile(other, real):
+                continue  # path itself, already mapped (ctypes.CDLL): dlopen gives that one
+        except OSError:
+            pass
+        shown = os.path.realpath(other) if os.path.exists(other) else other + " (its file was deleted since)"
         raise RuntimeError("dlbridge: cannot load %s: the Go library %s is already loaded in this process; %s"
-                           % (real, others[0], ONE_RUNTIME))
+                           % (real, shown, ONE_RUNTIME))
 
 
 def _bind():

@@ -21,7 +21,7 @@ import platform
 import re
 import struct
 import sys
-from typing import Dict, List, Optional, Set, Tuple, TypedDict
+from typing import BinaryIO, Dict, List, Optional, Set, Tuple, TypedDict
 
 # ELF e_machine values -> the names of platform.machine() and wheel tags.
 _MACHINES = {3: "i686", 40: "armv7l", 62: "x86_64", 183: "aarch64", 20: "ppc", 21: "ppc64le",
@@ -180,6 +180,130 @@ def explain(path: str, err: Optional[BaseException] = None) -> str:
                 "it, or %s%s" % (path, lib, _REBUILD, raw))
     return ("%s could not be loaded: reinstall dlbridge (pip install --force-reinstall dlbridge), "
             "or %s%s" % (path, _REBUILD, raw))
+
+
+_ET_DYN = 3
+_PT_LOAD = 1
+_SHT_DYNSYM = 11
+_SHT_NOBITS = 8
+_ET_NAMES = {0: "of no type", 1: "a relocatable object (.o)", 2: "an executable", 4: "a core dump"}
+_TABLE_CAP = 64 << 20  # a dynamic symbol table or string table larger than this is not one we made
+
+
+def _host_bits() -> int:
+    return 64 if sys.maxsize > 2**32 else 32
+
+
+def check_library(path: str, need: Tuple[str, ...]) -> Optional[str]:
+    """Why the file at path is not a whole dlbridge library of this machine,
+    or None; read before dlopen, which runs a library's initialisers (a Go
+    library starts its runtime, and a process runs one Go runtime for good)
+    and maps segments past a truncated file's end (SIGBUS when touched).
+    It checks the ELF header (class, byte order, type, machine), that every
+    program header, loaded segment and section lies within the file, and
+    that the dynamic symbol table defines each name of need (the symbols
+    dlbridge binds; need[0] is dlb_abi_version, which says a library is
+    dlbridge's); what is missing is named, and a Go library without
+    dlbridge's C ABI (a .go.buildinfo section) is told apart from others."""
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            return _library_problem(f, size, need)
+    except OSError as e:
+        return "cannot read it (%s)" % e
+
+
+def _library_problem(f: BinaryIO, size: int, need: Tuple[str, ...]) -> Optional[str]:
+    def read(off: int, n: int, what: str) -> bytes:
+        if off < 0 or n < 0 or off + n > size:
+            raise _Truncated("its %s (bytes %d to %d) end past the end of the file (%d bytes)"
+                             % (what, off, off + n, size))
+        f.seek(off)
+        b = f.read(n)
+        if len(b) != n:
+            raise _Truncated("its %s (bytes %d to %d) could not be read: the file is %d bytes"
+                             % (what, off, off + n, len(b) + off))
+        return bytes(b)
+
+    head = f.read(64)
+    if head[:4] != b"\x7fELF":
+        return "not a shared library: %s" % ("the file is empty" if size == 0 else "not an ELF file")
+    bits = {1: 32, 2: 64}.get(head[4])
+    end = {1: "<", 2: ">"}.get(head[5])
+    if bits is None or end is None:
+        return "a damaged ELF file (class %d, byte order %d)" % (head[4], head[5])
+    if len(head) < (64 if bits == 64 else 52):
+        return "truncated or damaged: the file (%d bytes) ends inside its ELF header" % size
+    e_type, machine = struct.unpack_from(end + "HH", head, 16)
+    name = _MACHINES.get(machine, "e_machine %d" % machine)
+    order = "little" if end == "<" else "big"
+    if name != host_machine() or bits != _host_bits() or order != sys.byteorder:
+        return ("built for %s (%d-bit, %s-endian), but this Python runs on %s (%d-bit, %s-endian)"
+                % (name, bits, order, host_machine(), _host_bits(), sys.byteorder))
+    if e_type != _ET_DYN:
+        return "not a shared library: an ELF file that is %s" % _ET_NAMES.get(e_type, "of type %d" % e_type)
+    if bits == 64:
+        phoff, shoff = struct.unpack_from(end + "QQ", head, 0x20)
+        phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from(end + "HHHHH", head, 0x36)
+        phfmt, phmin, shfmt, shmin, symfmt, symsize = end + "IIQQQQQQ", 56, end + "IIQQQQIIQQ", 64, end + "IBBHQQ", 24
+    else:
+        phoff, shoff = struct.unpack_from(end + "II", head, 0x1C)
+        phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from(end + "HHHHH", head, 0x2A)
+        phfmt, phmin, shfmt, shmin, symfmt, symsize = end + "IIIIIIII", 32, end + "IIIIIIIIII", 40, end + "IIIBBH", 16
+    try:
+        if phnum == 0 or phentsize < phmin:
+            return "a damaged ELF file: no program headers to load it by"
+        table = read(phoff, phnum * phentsize, "program headers")
+        for i in range(phnum):
+            ph = struct.unpack_from(phfmt, table, i * phentsize)
+            if bits == 64:
+                p_type, p_offset, p_filesz = ph[0], ph[2], ph[5]
+            else:
+                p_type, p_offset, p_filesz = ph[0], ph[1], ph[4]
+            if p_type == _PT_LOAD and p_offset + p_filesz > size:
+                return ("truncated or damaged: its loaded segment %d (bytes %d to %d) ends past the end of the "
+                        "file (%d bytes)" % (i, p_offset, p_offset + p_filesz, size))
+        if shnum == 0 or shentsize < shmin or shstrndx >= shnum:
+            return "not a dlbridge library: it has no section headers, so no dynamic symbol table to find dlbridge's in"
+        table = read(shoff, shnum * shentsize, "section headers")
+        sections = [struct.unpack_from(shfmt, table, i * shentsize) for i in range(shnum)]
+        for i, sec in enumerate(sections):
+            sh_type, sh_offset, sh_size = sec[1], sec[4], sec[5]
+            if sh_type != _SHT_NOBITS and sh_offset + sh_size > size:
+                return ("truncated or damaged: its section %d (bytes %d to %d) ends past the end of the file "
+                        "(%d bytes)" % (i, sh_offset, sh_offset + sh_size, size))
+        shstr = sections[shstrndx]
+        names = read(shstr[4], min(shstr[5], _TABLE_CAP), "section names")
+        go = any(names[s[0]:s[0] + 14] == b".go.buildinfo\0" for s in sections)
+        defined: Set[str] = set()
+        for sec in sections:
+            if sec[1] != _SHT_DYNSYM or sec[6] >= shnum:
+                continue
+            strtab = sections[sec[6]]
+            syms = read(sec[4], min(sec[5], _TABLE_CAP), "dynamic symbols")
+            strs = read(strtab[4], min(strtab[5], _TABLE_CAP), "dynamic symbol names")
+            for k in range(len(syms) // symsize):
+                st = struct.unpack_from(symfmt, syms, k * symsize)
+                st_name, st_shndx = st[0], (st[3] if bits == 64 else st[5])
+                if st_shndx != 0 and st_name < len(strs):  # defined here, not needed from elsewhere
+                    stop = strs.find(b"\0", st_name)
+                    defined.add(strs[st_name:stop if stop >= 0 else len(strs)].decode("ascii", "replace"))
+    except (_Truncated, struct.error) as e:
+        return "truncated or damaged: %s" % e
+    if need and need[0] not in defined:
+        build = "build it with `dlbridge build -o lib.so PKG...`, which links dlbridge's C ABI and your Go packages into one library"
+        if go:
+            return "a Go library built without dlbridge: it has no dlbridge ABI symbol (%s); %s" % (need[0], build)
+        return "not a dlbridge library: it has no dlbridge ABI symbol (%s); %s" % (need[0], build)
+    missing = [n for n in need if n not in defined]
+    if missing:
+        return ("built from another version of dlbridge: it lacks %s%s; rebuild the library and the package together"
+                % (", ".join(missing[:3]), " and %d more" % (len(missing) - 3) if len(missing) > 3 else ""))
+    return None
+
+
+class _Truncated(Exception):
+    pass
 
 
 def load_extension():  # type: ignore[no-untyped-def]

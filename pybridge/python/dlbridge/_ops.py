@@ -38,9 +38,15 @@ def load_library(path):
     torch.ops.load_library loads operator libraries). Its functions appear
     under dlbridge.ops. The library replaces dlbridge's own, so call this
     before dlbridge's first use; loading the library already in use again
-    does nothing, and any other is refused (one Go runtime per process)."""
+    does nothing, and any other is refused (one Go runtime per process).
+    A file that is not a whole dlbridge library of this machine is an
+    ImportError saying what it is, before anything of it is loaded."""
     _lib.use_library(os.fspath(path))
-    _lib.load()
+    try:
+        _lib.load()
+    except BaseException:
+        _lib.drop_choice()
+        raise
     ops._refresh()
     return _lib.path
 

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include "dlbridge.h"
 #include "pyapi.h"
@@ -1445,9 +1446,17 @@ static PyObject *m_set_tensor_class(PyObject *mod, PyObject *cls) {
 	Py_RETURN_NONE;
 }
 
+// The names m_load binds beyond the generated exports.
+#define DLB_RUNTIME_NAMES "dlb_last_error", "dlb_fast_made", "dlb_fast_live", "dlb_forked_flag"
+
 // load(path) opens the library at path and looks up its exports; a second
 // load of another library is refused (tensors close their handles through
-// the first). OSError when the library cannot be opened.
+// the first). OSError when the library cannot be opened. dlopen runs a
+// library's initialisers (a Go library starts its runtime, for good) and
+// maps a file that a truncation made shorter than its headers say (SIGBUS
+// when touched): dlbridge._loaderr.check_library reads the file first and
+// refuses what is not a whole dlbridge library of this machine, so the
+// dlsym failures below are only a backstop.
 static PyObject *m_load(PyObject *mod, PyObject *arg) {
 	const char *path = PyUnicode_AsUTF8AndSize(arg, NULL);
 	if (!path) return NULL;
@@ -1478,6 +1487,95 @@ static PyObject *m_load(PyObject *mod, PyObject *arg) {
 	}
 	L.loaded = 1;
 	Py_RETURN_NONE;
+}
+
+// export_names() is every symbol m_load binds, for dlbridge._loaderr to
+// find in a library's dynamic symbol table before dlopen runs its code.
+static PyObject *m_export_names(PyObject *mod, PyObject *unused) {
+	static const char *const names[] = {DLB_EXPORT_NAMES DLB_RUNTIME_NAMES}; // the first ends with a comma
+	size_t n = sizeof names / sizeof names[0];
+	PyObject *t = PyTuple_New((Py_ssize_t)n);
+	for (size_t i = 0; t && i < n; i++) {
+		PyObject *s = PyUnicode_FromString(names[i]);
+		if (!s) {
+			Py_CLEAR(t);
+			break;
+		}
+		PyTuple_SetItem(t, (Py_ssize_t)i, s);
+	}
+	return t;
+}
+
+// ---- Go runtimes in the process ----
+//
+// Symbols that every Go-built shared library exports, from the cgo runtime
+// that starts Go in it (runtime/cgo): a c-shared library has no other way
+// in. Looked up in what the dynamic loader has mapped, not in files, so a
+// library is found whatever its file is named and after its file was
+// deleted.
+static const char *const go_runtime_syms[] = {"x_cgo_init", "_cgo_topofstack", "_cgo_wait_runtime_init_done"};
+
+typedef struct {
+	char **names;
+	size_t n, cap;
+	int nomem;
+} obj_names;
+
+// collect_object keeps the name of each mapped object; dlopen may not run
+// inside dl_iterate_phdr (it holds the loader's lock), so go_runtimes asks
+// afterwards.
+static int collect_object(struct dl_phdr_info *info, size_t size, void *data) {
+	(void)size;
+	obj_names *o = data;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 64;
+		char **p = realloc(o->names, cap * sizeof *p);
+		if (!p) {
+			o->nomem = 1;
+			return 1;
+		}
+		o->names = p, o->cap = cap;
+	}
+	// "" is the program itself (dlopen(NULL) below: its global scope).
+	char *s = strdup(info->dlpi_name ? info->dlpi_name : "");
+	if (!s) {
+		o->nomem = 1;
+		return 1;
+	}
+	o->names[o->n++] = s;
+	return 0;
+}
+
+// go_runtimes() lists the files of the mapped objects that export Go's cgo
+// runtime symbols (each once, as the loader names them: the path given to
+// dlopen, which may no longer exist).
+static PyObject *m_go_runtimes(PyObject *mod, PyObject *unused) {
+	obj_names o = {NULL, 0, 0, 0};
+	dl_iterate_phdr(collect_object, &o);
+	PyObject *out = o.nomem ? PyErr_NoMemory() : PyList_New(0);
+	for (size_t i = 0; out && i < o.n; i++) {
+		// RTLD_NOLOAD: only an object already mapped, matched by the name
+		// the loader keeps, so a deleted file is found without opening it.
+		void *h = o.names[i][0] ? dlopen(o.names[i], RTLD_LAZY | RTLD_NOLOAD) : dlopen(NULL, RTLD_LAZY);
+		if (!h) continue; // unloaded since, or the vDSO
+		for (size_t k = 0; k < sizeof go_runtime_syms / sizeof go_runtime_syms[0]; k++) {
+			void *sym = dlsym(h, go_runtime_syms[k]);
+			Dl_info di;
+			// The symbol may come from a dependency of this object, or
+			// from the global scope: dladdr names the object that has it.
+			if (!sym || !dladdr(sym, &di) || !di.dli_fname || !di.dli_fname[0]) continue;
+			PyObject *p = PyUnicode_DecodeFSDefault(di.dli_fname);
+			int has = p ? PySequence_Contains(out, p) : -1;
+			if (has == 0) has = PyList_Append(out, p);
+			Py_XDECREF(p);
+			if (has < 0) Py_CLEAR(out);
+			break;
+		}
+		dlclose(h);
+	}
+	for (size_t i = 0; i < o.n; i++) free(o.names[i]);
+	free(o.names);
+	return out;
 }
 
 // bound() reports whether a library is bound (for tests of lazy loading).
@@ -1862,23 +1960,137 @@ fail:
 	return -1;
 }
 
-// scalar_arg fills a for a scalar parameter of kind pk.
+// What a scalar argument is, as a number: a flag, an integer, a real
+// number, or none of them (a complex number, a date or a duration, bytes,
+// text, an object, a tensor of more than one element).
+enum { N_NONE, N_BOOL, N_INT, N_REAL };
+
+// dtype_class is num_class for a dtype: NumPy's (CuPy's, JAX's) by its
+// one-letter kind, read in C (str() of a NumPy dtype runs Python code and
+// cost a NumPy scalar argument a microsecond); others, and NumPy's
+// extension types (ml_dtypes' bfloat16 is kind 'V'), by name: PyTorch's
+// "torch.float32".
+static int dtype_class(PyObject *dt) {
+	PyObject *k = PyObject_GetAttrString(dt, "kind");
+	if (!k) {
+		PyErr_Clear();
+	} else {
+		Py_ssize_t n = 0;
+		const char *s = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, &n) : NULL;
+		int c = -1;
+		if (!s) PyErr_Clear();
+		else if (n == 1) switch (s[0]) {
+			case 'b': c = N_BOOL; break;
+			case 'i': case 'u': c = N_INT; break;
+			case 'f': c = N_REAL; break;
+			case 'V': break; // an extension type: by name
+			default: c = N_NONE; // complex, dates, durations, text, bytes, objects
+			}
+		Py_DECREF(k);
+		if (c >= 0) return c;
+	}
+	PyObject *name = PyObject_Str(dt);
+	if (!name) {
+		PyErr_Clear();
+		return N_NONE;
+	}
+	const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
+	int c = N_NONE;
+	if (!s) {
+		PyErr_Clear();
+	} else {
+		if (strncmp(s, "torch.", 6) == 0) s += 6;
+		if (strcmp(s, "bool") == 0) c = N_BOOL;
+		else if (strncmp(s, "int", 3) == 0 || strncmp(s, "uint", 4) == 0) c = N_INT;
+		else if (strncmp(s, "float", 5) == 0 || strncmp(s, "bfloat", 6) == 0 || strcmp(s, "half") == 0 ||
+			 strcmp(s, "double") == 0 || strcmp(s, "longdouble") == 0)
+			c = N_REAL;
+	}
+	Py_DECREF(name);
+	return c;
+}
+
+// num_class says what v is for a scalar parameter. Python's own numbers
+// are what their type says; anything else with a dtype (NumPy's scalars
+// and 0-d arrays, PyTorch's and CuPy's 0-d tensors) is what its dtype's
+// name says, so that numpy.complex64, whose __float__ drops the imaginary
+// part, and numpy.timedelta64, whose __index__ gives a count of unknown
+// units, are not taken for real numbers; other objects are integers by
+// __index__ and real numbers by __float__ (Fraction, Decimal), never by
+// __complex__ alone.
+static int num_class(PyObject *v) {
+	if (PyBool_Check(v)) return N_BOOL;
+	if (PyLong_Check(v)) return N_INT;
+	if (PyFloat_Check(v)) return N_REAL; // numpy.float64 too
+	if (PyComplex_Check(v) || PyUnicode_Check(v) || PyBytes_Check(v) || PyByteArray_Check(v) || PyType_Check(v)) return N_NONE;
+	PyObject *dt = PyObject_GetAttrString(v, "dtype");
+	if (!dt) {
+		PyErr_Clear();
+		if (PyIndex_Check(v)) return N_INT;
+		return PyType_GetSlot(Py_TYPE(v), Py_nb_float) ? N_REAL : N_NONE; // static types too, from 3.10
+	}
+	int c = dtype_class(dt);
+	Py_DECREF(dt);
+	if (c == N_NONE) return N_NONE;
+	// One value, not a tensor that happens to have one element (NumPy
+	// 1.25 deprecates float() of those).
+	PyObject *nd = PyObject_GetAttrString(v, "ndim");
+	if (!nd) {
+		PyErr_Clear();
+		return c; // a scalar type without ndim
+	}
+	long n = PyLong_Check(nd) ? PyLong_AsLong(nd) : -1;
+	Py_DECREF(nd);
+	if (n == -1) PyErr_Clear();
+	return n == 0 ? c : N_NONE;
+}
+
+// scalar_refuse raises a TypeError naming the function, the argument, what
+// the parameter takes and what came: "gofunc.scale: argument factor: want
+// float, got complex (1j)".
+static int scalar_refuse(gofn *g, int i, PyObject *v) {
+	static const char *want[] = {"", "tensor", "bool", "int", "int", "float", "str"};
+	PyObject *shown = show_value(v);
+	PyObject *tn = shown ? type_name(v) : NULL;
+	if (tn)
+		PyErr_Format(PyExc_TypeError, "%U: argument %U: want %s, got %U (%U)", g->name, g->names[i], want[g->kinds[i]], tn,
+			     shown);
+	Py_XDECREF(shown);
+	Py_XDECREF(tn);
+	return -1;
+}
+
+// scalar_failed names the function and the argument in the error that
+// converting v raised (a __float__ or __index__ that fails), keeping its
+// class.
+static int scalar_failed(gofn *g, int i, PyObject *v) {
+	PyObject *et, *ev, *tb;
+	PyErr_Fetch(&et, &ev, &tb);
+	PyErr_NormalizeException(&et, &ev, &tb);
+	PyObject *tn = type_name(v);
+	if (tn)
+		PyErr_Format(et ? et : PyExc_TypeError, "%U: argument %U: cannot convert %U: %S", g->name, g->names[i], tn,
+			     ev ? ev : Py_None);
+	Py_XDECREF(tn);
+	Py_XDECREF(et);
+	Py_XDECREF(ev);
+	Py_XDECREF(tb);
+	return -1;
+}
+
+// scalar_arg fills a for a scalar parameter of kind pk. Python's own bool,
+// int, float and str go to Go as they are, which judges them against the
+// Go type (pyfunc's Value.store: a float parameter takes a float or an
+// int, an int parameter an int in range, a bool a bool, a str a str) and
+// names what came; any other object is converted here only to what the
+// parameter takes (an integer for an int, an integer or a real number for
+// a float, a flag for a bool) and refused otherwise.
 static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
 	int pk = g->kinds[i];
 	if (PyBool_Check(v)) {
 		a->kind = DLB_ARG_BOOL;
 		a->i = v == Py_True;
 		return 0;
-	}
-	if (!PyFloat_CheckExact(v) && !PyLong_CheckExact(v) && (pk == P_BOOL || pk == P_INT || pk == P_UINT || pk == P_FLOAT)) {
-		int b = bool_like(v); // numpy.bool_ is a flag too, never a number
-		if (b < 0) return -1;
-		if (b) {
-			int t = PyObject_IsTrue(v);
-			if (t < 0) return -1;
-			a->kind = DLB_ARG_BOOL, a->i = t;
-			return 0;
-		}
 	}
 	if (PyUnicode_Check(v)) {
 		Py_ssize_t n;
@@ -1887,52 +2099,66 @@ static int scalar_arg(gofn *g, int i, PyObject *v, dlb_arg *a) {
 		a->kind = DLB_ARG_STR, a->s = s, a->slen = n;
 		return 0;
 	}
-	if (PyFloat_Check(v)) {
+	if (PyFloat_CheckExact(v)) {
 		a->kind = DLB_ARG_FLOAT;
 		a->f = PyFloat_AsDouble(v);
 		return 0;
 	}
-	PyObject *n = PyLong_Check(v) ? (Py_INCREF(v), v) : NULL;
-	if (!n && pk != P_STR && pk != P_BOOL) {
-		// NumPy's scalars and other numbers: integers by __index__, the
-		// rest by __float__ where the parameter is a float.
-		n = PyNumber_Index(v);
-		if (!n) {
-			PyErr_Clear();
-			if (pk == P_FLOAT && PyNumber_Check(v)) {
-				double x = PyFloat_AsDouble(v);
-				if (x == -1.0 && PyErr_Occurred()) return -1;
-				a->kind = DLB_ARG_FLOAT, a->f = x;
-				return 0;
-			}
-		}
+	int c = PyLong_CheckExact(v) ? N_INT : num_class(v);
+	int own = PyLong_Check(v) || PyFloat_Check(v); // Python's numbers: Go judges them
+	if (!own) {
+		int fits = (c == N_BOOL && pk == P_BOOL) || (c == N_INT && (pk == P_INT || pk == P_UINT || pk == P_FLOAT)) ||
+			   (c == N_REAL && pk == P_FLOAT);
+		if (!fits) return scalar_refuse(g, i, v);
 	}
-	if (n) {
-		int overflow = 0;
-		long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
-		if (!overflow) {
-			Py_DECREF(n);
-			if (x == -1 && PyErr_Occurred()) return -1;
-			a->kind = DLB_ARG_INT, a->i = x;
-			return 0;
-		}
-		unsigned long long u = overflow > 0 ? PyLong_AsUnsignedLongLong(n) : (unsigned long long)-1;
+	if (c == N_BOOL) {
+		int t = PyObject_IsTrue(v);
+		if (t < 0) return scalar_failed(g, i, v);
+		a->kind = DLB_ARG_BOOL, a->i = t;
+		return 0;
+	}
+	if (c == N_REAL) {
+		double x = PyFloat_AsDouble(v);
+		if (x == -1.0 && PyErr_Occurred()) return scalar_failed(g, i, v);
+		a->kind = DLB_ARG_FLOAT, a->f = x;
+		return 0;
+	}
+	PyObject *n = PyLong_Check(v) ? (Py_INCREF(v), v) : PyNumber_Index(v);
+	if (!n) return scalar_failed(g, i, v);
+	int overflow = 0;
+	long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
+	if (!overflow) {
 		Py_DECREF(n);
-		if (overflow < 0 || (u == (unsigned long long)-1 && PyErr_Occurred())) {
-			PyErr_Clear();
-			PyObject *r = PyObject_Repr(v);
-			PyErr_Format(PyExc_ValueError, "%U: argument %U: %S is out of range for a 64-bit integer", g->name, g->names[i],
-				     r ? r : Py_None);
-			Py_XDECREF(r);
-			return -1;
-		}
+		if (x == -1 && PyErr_Occurred()) return scalar_failed(g, i, v);
+		a->kind = DLB_ARG_INT, a->i = x;
+		return 0;
+	}
+	unsigned long long u = overflow > 0 ? PyLong_AsUnsignedLongLong(n) : (unsigned long long)-1;
+	if (overflow > 0 && !(u == (unsigned long long)-1 && PyErr_Occurred())) {
+		Py_DECREF(n);
 		a->kind = DLB_ARG_UINT, a->u = u;
 		return 0;
 	}
-	static const char *want[] = {"", "tensor", "bool", "int", "int", "float", "str"};
-	PyObject *tn = type_name(v);
-	if (tn) PyErr_Format(PyExc_TypeError, "%U: argument %U: want %s, got %U", g->name, g->names[i], want[pk], tn);
-	Py_XDECREF(tn);
+	PyErr_Clear();
+	if (pk == P_FLOAT) {
+		// An integer beyond 64 bits is still a real number.
+		double f = PyLong_AsDouble(n);
+		Py_DECREF(n);
+		if (f == -1.0 && PyErr_Occurred()) {
+			PyErr_Clear();
+			PyObject *r = show_value(v);
+			if (r) PyErr_Format(PyExc_ValueError, "%U: argument %U: %U is out of range for a float", g->name, g->names[i], r);
+			Py_XDECREF(r);
+			return -1;
+		}
+		a->kind = DLB_ARG_FLOAT, a->f = f;
+		return 0;
+	}
+	Py_DECREF(n);
+	if (pk != P_INT && pk != P_UINT) return scalar_refuse(g, i, v);
+	PyObject *r = show_value(v);
+	if (r) PyErr_Format(PyExc_ValueError, "%U: argument %U: %U is out of range for a 64-bit integer", g->name, g->names[i], r);
+	Py_XDECREF(r);
 	return -1;
 }
 
@@ -2410,6 +2636,8 @@ static PyMethodDef module_methods[] = {
 	{"buffer", (PyCFunction)(void (*)(void))m_buffer, METH_FASTCALL, "buffer(obj, full): obj's buffer protocol view."},
 	{"load", m_load, METH_O, "load(path): open the library at path and bind its exports."},
 	{"bound", m_bound, METH_NOARGS, "Whether a library is bound."},
+	{"export_names", m_export_names, METH_NOARGS, "export_names(): every symbol load() binds."},
+	{"go_runtimes", m_go_runtimes, METH_NOARGS, "go_runtimes(): the mapped files that export Go's cgo runtime symbols."},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -5,12 +5,16 @@ runtime per process, so the rest of the suite's library cannot be there."""
 
 import array
 import ctypes
+import datetime
+import decimal
+import fractions
 import gc
 import inspect
 import os
 import struct
 import sys
 import threading
+import warnings
 
 import pytest
 
@@ -224,6 +228,116 @@ def test_scalar_errors_name_the_argument(args, exc, words):
     for w in words:
         assert w in str(e.value)
     assert "pytest.echo" in str(e.value)
+
+
+class _FloatFails:
+    def __float__(self):
+        raise ValueError("no float today")
+
+
+class _Index:
+    def __index__(self):
+        return 3
+
+
+@pytest.mark.parametrize("factor", [
+    2, 2.5, np.float64(2.5), np.float32(2.5), np.float16(2.5), np.longdouble(2.5), np.int8(2), np.uint64(2),
+    np.array(2.5), np.array(2), fractions.Fraction(5, 2), decimal.Decimal("2.5"), _Index(), 2**70,
+], ids=repr)
+def test_a_float_parameter_takes_real_numbers(factor):
+    x = np.arange(4, dtype=np.float32)
+    out = np.full(4, -1, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no value converted with a warning (ComplexWarning)
+        ops.gofunc.scale(out, x, factor)
+    assert out.tolist() == (x * np.float32(float(factor))).tolist()
+
+
+@pytest.mark.parametrize("factor, came", [
+    (1j, "complex (1j)"),
+    (complex(2, 0), "complex ((2+0j))"),
+    (np.complex128(2 + 1j), "complex128 ((2+1j))"),
+    (np.complex64(2 + 1j), "complex64 ((2+1j))"),
+    (np.array(2 + 1j), "ndarray (array(2.+1.j))"),
+    (np.datetime64("2020-01-01"), "datetime64 (numpy.datetime64('2020-01-01'))"),
+    (np.timedelta64(5), "timedelta64 (numpy.timedelta64(5))"),
+    (np.timedelta64(5, "s"), "timedelta64 (numpy.timedelta64(5,'s'))"),
+    (np.array(np.datetime64("2020-01-01")), "ndarray ("),
+    (datetime.timedelta(seconds=2), "timedelta (datetime.timedelta(seconds=2))"),
+    (datetime.date(2020, 1, 1), "date (datetime.date(2020, 1, 1))"),
+    (b"2", "bytes (b'2')"),
+    (bytearray(b"2"), "bytearray (bytearray(b'2'))"),
+    (np.bytes_(b"2"), "bytes_ (b'2')"),
+    (np.array([2.0]), "ndarray (array([2.]))"),  # a tensor of one element is not a scalar
+    (np.array(2.0, dtype=object), "ndarray (array(2.0, dtype=object))"),
+    (np.bool_(True), "bool_ (True)"),
+    (None, "NoneType (None)"),
+], ids=repr)
+def test_a_float_parameter_refuses_what_is_not_a_real_number(factor, came):
+    x = np.arange(4, dtype=np.float32)
+    out = np.full(4, -1, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError) as e:
+            ops.gofunc.scale(out, x, factor)
+    assert str(e.value).startswith("gofunc.scale: argument factor: want float, got " + came), str(e.value)
+    assert out.tolist() == [-1] * 4  # the body did not run
+
+
+def test_torch_scalars_convert_by_their_dtype():
+    torch = pytest.importorskip("torch")
+    x = np.arange(4, dtype=np.float32)
+    out = np.full(4, -1, np.float32)
+    ops.gofunc.scale(out, x, torch.tensor(2.5))
+    assert out.tolist() == (x * 2.5).tolist()
+    assert _echo(i8=torch.tensor(3), b=torch.tensor(False))[:2] == (False, 3)
+    for bad in (torch.tensor(1j), torch.tensor([2.5])):  # complex; one element, not a scalar
+        with pytest.raises(TypeError) as e:
+            ops.gofunc.scale(out, x, bad)
+        assert str(e.value) == "gofunc.scale: argument factor: want float, got Tensor (%r)" % bad
+    with pytest.raises(TypeError, match="argument i8: want int, got Tensor"):
+        _echo(i8=torch.tensor(3.0))
+
+
+def _echo(**kw):
+    args = dict(b=True, i8=0, u16=0, i=0, f32=0.0, s="")
+    args.update(kw)
+    return ops.pytest.echo(**args)
+
+
+@pytest.mark.parametrize("kw, want", [
+    (dict(i8=np.int8(-3)), (True, -3)),
+    (dict(i8=np.uint16(3)), (True, 3)),
+    (dict(i8=np.array(3)), (True, 3)),
+    (dict(i8=_Index()), (True, 3)),
+    (dict(b=np.bool_(False)), (False, 0)),
+    (dict(b=np.array(True)), (True, 0)),
+], ids=repr)
+def test_int_and_bool_parameters_take_their_numbers(kw, want):
+    assert _echo(**kw)[:2] == want
+
+
+@pytest.mark.parametrize("kw, exc, words", [
+    (dict(i8=np.float32(2)), TypeError, "argument i8: want int, got float32 (2.0)"),
+    (dict(i8=np.float64(2)), TypeError, "argument i8: want int (int8), got float 2"),
+    (dict(i8=decimal.Decimal(2)), TypeError, "argument i8: want int, got Decimal (Decimal('2'))"),
+    (dict(i8=np.timedelta64(2)), TypeError, "argument i8: want int, got timedelta64 (numpy.timedelta64(2))"),
+    (dict(i8=np.bool_(True)), TypeError, "argument i8: want int, got bool_ (True)"),
+    (dict(i8=np.array([2])), TypeError, "argument i8: want int, got ndarray (array([2]))"),
+    (dict(i8=2j), TypeError, "argument i8: want int, got complex (2j)"),
+    (dict(i8=2**70), ValueError, "argument i8: 1180591620717411303424 is out of range for a 64-bit integer"),
+    (dict(b=np.int8(1)), TypeError, "argument b: want bool, got int8 (1)"),
+    (dict(b=1), TypeError, "argument b: want bool, got int 1"),
+    (dict(b=2**70), TypeError, "argument b: want bool, got int (1180591620717411303424)"),
+    (dict(b=np.array([True])), TypeError, "argument b: want bool, got ndarray (array([ True]))"),
+    (dict(s=b"x"), TypeError, "argument s: want str, got bytes (b'x')"),
+    (dict(f32=_FloatFails()), ValueError, "argument f32: cannot convert _FloatFails: no float today"),
+    (dict(f32=2**1100), ValueError, "argument f32: " + str(2**1100)[:57]),
+], ids=repr)
+def test_scalar_refusals_name_function_argument_and_what_came(kw, exc, words):
+    with pytest.raises(exc) as e:
+        _echo(**kw)
+    assert str(e.value).startswith("pytest.echo: " + words), str(e.value)
 
 
 def test_binding_errors():
