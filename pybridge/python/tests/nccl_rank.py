@@ -244,7 +244,13 @@ def api():
     expect(ValueError, "root 1 outside [0, 1)", c.broadcast, x, 1)
     expect(ValueError, "peer 5 outside [0, 1)", c.send, x, 5)
     expect(TypeError, "__dlpack__", c.all_reduce, [1.0, 2.0])
-    c.all_reduce(x, "max")
+    expect(TypeError, "device", c.all_reduce, numpy.zeros(3, numpy.float32))
+    if dlbridge.cuda_device_count() > 1:
+        other = dlbridge.Stream(device=1 - min(dev, 1))
+        expect(ValueError, "stream= is a stream of cuda:%d" % (1 - min(dev, 1)), c.all_reduce, x, stream=other)
+    s = dlbridge.Stream(device=dev)
+    c.all_reduce(x, "max", stream=s)
+    s.synchronize()
     check("all_reduce of one rank", B.host(x), [1.0, 2.0, 3.0])
     assert c.async_error() is None
     c.abort()
