@@ -177,7 +177,8 @@ def test_hung_rank(go_rank, rank_env):
     for r, kind, code, text in res:
         assert code == 0, _report(res)
     for r, kind, code, text in res[:-1]:
-        assert "expected failure" in text and "TimeoutError" in text or kind == "g", _report(res)
+        want = "expected failure: NCCLTimeoutError" if kind == "p" else "expected failure"
+        assert want in text, _report(res)
 
 
 def test_api_checks(rank_env):
