@@ -62,8 +62,21 @@ const EnvTimeout = "DLBRIDGE_NCCL_TIMEOUT"
 // LOCAL_RANK), with the timeout of DLBRIDGE_NCCL_TIMEOUT. cfg, when not
 // nil, overrides the timeout and gives the rest of the configuration.
 func FromEnv(cfg *Config) (*World, error) {
+	o, err := EnvOptions(os.Getenv, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return Join(o)
+}
+
+// EnvOptions are the Options FromEnv joins with, read through getenv: a
+// caller whose environment is not the Go runtime's (a Python process, whose
+// os.environ changes after the library started are not seen by os.Getenv)
+// passes its own.
+func EnvOptions(getenv func(string) string, cfg *Config) (Options, error) {
+	var o Options
 	get := func(name string, required bool) (string, error) {
-		v := os.Getenv(name)
+		v := getenv(name)
 		if v == "" && required {
 			return "", fmt.Errorf("nccl: FromEnv: %s is not set (MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE describe the job, as torchrun sets them)", name)
 		}
@@ -82,35 +95,34 @@ func FromEnv(cfg *Config) (*World, error) {
 	}
 	addr, err := get("MASTER_ADDR", true)
 	if err != nil {
-		return nil, err
+		return o, err
 	}
 	port, err := num("MASTER_PORT", true, 1)
 	if err != nil {
-		return nil, err
+		return o, err
 	}
-	var o Options
 	if o.Rank, err = num("RANK", true, 0); err != nil {
-		return nil, err
+		return o, err
 	}
 	if o.Size, err = num("WORLD_SIZE", true, 1); err != nil {
-		return nil, err
+		return o, err
 	}
 	if o.LocalRank, err = num("LOCAL_RANK", false, 0); err != nil {
-		return nil, err
+		return o, err
 	}
 	o.Addr = net.JoinHostPort(addr, strconv.Itoa(port))
 	o.Device = -1
 	if cfg != nil {
 		o.Config = *cfg
 	}
-	if v := os.Getenv(EnvTimeout); v != "" && (cfg == nil || cfg.Timeout == 0) {
+	if v := getenv(EnvTimeout); v != "" && (cfg == nil || cfg.Timeout == 0) {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("nccl: FromEnv: %s=%q: want a positive duration such as 30s", EnvTimeout, v)
+			return o, fmt.Errorf("nccl: FromEnv: %s=%q: want a positive duration such as 30s", EnvTimeout, v)
 		}
 		o.Config.Timeout = d
 	}
-	return Join(o)
+	return o, nil
 }
 
 // Frame types of the control plane (docs/nccl.md gives the wire format:

@@ -9,8 +9,9 @@
 //     sees a Go pointer, so the cgo pointer rules hold.
 //   - A fence (Fence): every //export function runs its body inside it; an
 //     error or a panic becomes a Code (BufferError, TypeError, ValueError,
-//     MemoryError, RuntimeError, IndexError) plus a message the caller reads
-//     with dlb_last_error() on the same thread. No panic crosses into C.
+//     MemoryError, RuntimeError, IndexError, TimeoutError) plus a message
+//     the caller reads with dlb_last_error() on the same thread. No panic
+//     crosses into C.
 //   - Tensors: NewTensor registers a zerocopy.View under a handle, Borrow
 //     and Return use it safely from any thread, CloseTensor drops it.
 //   - DLPack: Export answers a __dlpack__ request (versioned or legacy,
@@ -25,6 +26,10 @@
 //     device's stream-ordered pool, the pinned pool), Arange, Fill, Sum,
 //     CopyInto and CopyToDevice (any devices, any strides, converting
 //     dtypes; on a stream of the caller's), PinMemory, pool statistics.
+//   - The glue of dlbridge.ipc (ipc.go) and dlbridge.nccl (nccl.go: worlds,
+//     communicators and grouped batches as handles, the stream of each
+//     operation decided once, a communicator's failure recorded per thread
+//     for Python's NCCLError).
 //
 // The C parts (pyapi.c) use CPython functions looked up at run time with
 // dlsym, so the library links against no libpython and serves any CPython

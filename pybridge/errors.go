@@ -25,6 +25,7 @@ const (
 	MemoryError  = pyfunc.MemoryError  // an allocation failed
 	RuntimeError = pyfunc.RuntimeError // anything else, including a recovered Go panic
 	IndexError   = pyfunc.IndexError   // an index out of range (tensor[i])
+	TimeoutError = pyfunc.TimeoutError // a wait past its deadline
 )
 
 // Error is an error that carries the Code the fence reports for it.

@@ -40,8 +40,7 @@ func ipcErr(err error) error {
 	case errors.Is(err, ipc.ErrBadDescriptor):
 		return WithCode(ValueError, err)
 	case errors.Is(err, ipc.ErrTimeout):
-		// dlbridge.ipc raises TimeoutError for it (by its prefix).
-		return WithCode(RuntimeError, fmt.Errorf("%w: %v", ErrIPCTimeout, err))
+		return WithCode(TimeoutError, fmt.Errorf("%w: %v", ErrIPCTimeout, err))
 	}
 	return engineErr(err)
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root: bash build/gpu/run.sh [parts...]
-# parts: go py ops bench bw demo chain transfer (default: all). Logs go to $OUT (at most 8 files come back).
+# parts: go py nccl ops bench bw demo chain transfer (default: all). Logs go to $OUT (at most 8 files come back).
 G=build/gpu
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-parts=${*:-"go py ops bench bw demo chain transfer"}
+parts=${*:-"go py nccl ops bench bw demo chain transfer"}
 export DLBRIDGE_GPU=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 has() { [[ " $parts " == *" $1 "* ]]; }
@@ -17,8 +17,31 @@ fi
 if has py; then
   DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py DLBRIDGE_README=$PWD/README.md \
     DLBRIDGE_TEST_OPS_LIB=$PWD/$G/libopstest.so DLBRIDGE_README_LIB=$PWD/$G/libmylib.so \
-    timeout 400 python3 -m pytest -q -rs $G/py/tests > "$OUT/pytest.log" 2>&1
+    timeout 400 python3 -m pytest -q -rs --ignore=$G/py/tests/test_nccl.py $G/py/tests > "$OUT/pytest.log" 2>&1
   tail -15 "$OUT/pytest.log"
+fi
+if has nccl; then
+  # Go ranks (the nccl test binary, examples/nccl) with PyTorch and CuPy ranks,
+  # one per GPU (two GPUs: make it the only part on such a machine).
+  DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py DLBRIDGE_README=$PWD/README.md \
+    DLBRIDGE_NCCL_RANK=$PWD/$G/bin/nccl.nocgo.test DLBRIDGE_NCCL_EXAMPLE=$PWD/$G/bin/ncclex \
+    timeout 500 python3 -m pytest -q -rs $G/py/tests/test_nccl.py > "$OUT/nccl.log" 2>&1
+  echo "test_nccl exit status $?" >> "$OUT/nccl.log"
+  # dlbridge.nccl's Python ranks (PyTorch tensors) against torch.distributed on
+  # PyTorch's NCCL over NVLink, interleaved twice (bench/nccl/dlbridge_bench.py).
+  TORCH_NCCL=$(python3 -c 'import os, nvidia.nccl as n; p = os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"); print(p if os.path.exists(p) else "")' 2>/dev/null || true)
+  for round in 1 2; do
+    timeout 300 python3 -m torch.distributed.run --nproc-per-node=2 --master-port=$((29800 + RANDOM % 100)) \
+      $G/bin/torch_bench.py 2>&1 | grep -E '^(#|torch)'
+    port=$((29600 + RANDOM % 200))
+    for r in 0 1; do
+      env ${TORCH_NCCL:+DLBRIDGE_LIBNCCL=$TORCH_NCCL} DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
+        timeout 300 python3 $G/bin/dlbridge_bench.py 2>&1 | grep -E '^(#|dlbridge|Traceback|[A-Za-z]*Error)' &
+    done
+    wait
+  done >> "$OUT/nccl.log" 2>&1
+  tail -60 "$OUT/nccl.log"
 fi
 if has ops; then
   # Calls of examples/gofunc's Go functions through dlbridge.ops (bench_gofunc.py).

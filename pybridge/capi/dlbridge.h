@@ -19,9 +19,10 @@
 #define DLB_MEMORYERROR 4
 #define DLB_RUNTIMEERROR 5
 #define DLB_INDEXERROR 6
+#define DLB_TIMEOUTERROR 7
 // The class names by status (index 0: no class, raised as RuntimeError).
-#define DLB_ERROR_CLASSES "RuntimeError", "BufferError", "TypeError", "ValueError", "MemoryError", "RuntimeError", "IndexError"
-#define DLB_ERROR_CLASS_COUNT 7
+#define DLB_ERROR_CLASSES "RuntimeError", "BufferError", "TypeError", "ValueError", "MemoryError", "RuntimeError", "IndexError", "TimeoutError"
+#define DLB_ERROR_CLASS_COUNT 8
 
 int32_t dlb_abi_version(void);
 int32_t dlb_alloc_export(int32_t ndim, int64_t *shape, uint8_t code, uint8_t bits, uint16_t lanes, int32_t devType, int32_t devID, void **out);
@@ -73,6 +74,27 @@ int32_t dlb_ipc_send(uint64_t conn, uint64_t pool, uint64_t h, int64_t stream);
 int32_t dlb_ipc_serve(char *path, uint64_t *out);
 int32_t dlb_ipc_set_timeout(uint64_t conn, int64_t answerMS, int64_t recvMS);
 int32_t dlb_is_pinned(uint64_t h, int32_t *out);
+int32_t dlb_nccl_abort(uint64_t h);
+int32_t dlb_nccl_all_to_all(uint64_t comm, uint64_t dst, uint64_t src, uint64_t stream);
+int32_t dlb_nccl_async_error(uint64_t h, char *buf, int64_t capacity, int64_t *n);
+int32_t dlb_nccl_batch_add(uint64_t h, uint64_t comm, int32_t kind, uint64_t dst, uint64_t src, int32_t op, int32_t root, uint64_t stream);
+int32_t dlb_nccl_batch_close(uint64_t h);
+int32_t dlb_nccl_batch_launch(uint64_t h);
+int32_t dlb_nccl_batch_new(uint64_t *out);
+int32_t dlb_nccl_collective(uint64_t comm, int32_t kind, uint64_t dst, uint64_t src, int32_t op, int32_t root, uint64_t stream);
+int32_t dlb_nccl_comm_close(uint64_t h);
+int32_t dlb_nccl_comm_info(uint64_t h, int64_t *out);
+int32_t dlb_nccl_finalize(uint64_t h);
+int32_t dlb_nccl_init_rank(char *id, int32_t nranks, int32_t rank, int32_t dev, int64_t timeoutMS, uint64_t *out);
+int32_t dlb_nccl_join(char *env, int32_t dev, int64_t timeoutMS, uint64_t *out);
+int32_t dlb_nccl_last_failure(char *buf, int64_t capacity, int64_t *n);
+int32_t dlb_nccl_live(int64_t *out);
+int32_t dlb_nccl_split(uint64_t comm, int32_t color, int32_t key, uint64_t *out);
+int32_t dlb_nccl_unique_id(char *buf, int64_t capacity, int64_t *n);
+int32_t dlb_nccl_wait(uint64_t h);
+int32_t dlb_nccl_world_close(uint64_t h);
+int32_t dlb_nccl_world_info(uint64_t h, char *buf, int64_t capacity, int64_t *n);
+int32_t dlb_nccl_world_rebuild(uint64_t h, uint64_t *out);
 int32_t dlb_order_before(uint64_t h, int64_t stream);
 int32_t dlb_parse_dtype(char *s, int32_t *code, int32_t *bits, int32_t *lanes);
 int32_t dlb_permute(uint64_t h, int32_t n, int32_t *order, uint64_t *out, dlb_info *info);
@@ -146,6 +168,27 @@ typedef struct {
 	int32_t (*ipc_serve)(char *path, uint64_t *out);
 	int32_t (*ipc_set_timeout)(uint64_t conn, int64_t answerMS, int64_t recvMS);
 	int32_t (*is_pinned)(uint64_t h, int32_t *out);
+	int32_t (*nccl_abort)(uint64_t h);
+	int32_t (*nccl_all_to_all)(uint64_t comm, uint64_t dst, uint64_t src, uint64_t stream);
+	int32_t (*nccl_async_error)(uint64_t h, char *buf, int64_t capacity, int64_t *n);
+	int32_t (*nccl_batch_add)(uint64_t h, uint64_t comm, int32_t kind, uint64_t dst, uint64_t src, int32_t op, int32_t root, uint64_t stream);
+	int32_t (*nccl_batch_close)(uint64_t h);
+	int32_t (*nccl_batch_launch)(uint64_t h);
+	int32_t (*nccl_batch_new)(uint64_t *out);
+	int32_t (*nccl_collective)(uint64_t comm, int32_t kind, uint64_t dst, uint64_t src, int32_t op, int32_t root, uint64_t stream);
+	int32_t (*nccl_comm_close)(uint64_t h);
+	int32_t (*nccl_comm_info)(uint64_t h, int64_t *out);
+	int32_t (*nccl_finalize)(uint64_t h);
+	int32_t (*nccl_init_rank)(char *id, int32_t nranks, int32_t rank, int32_t dev, int64_t timeoutMS, uint64_t *out);
+	int32_t (*nccl_join)(char *env, int32_t dev, int64_t timeoutMS, uint64_t *out);
+	int32_t (*nccl_last_failure)(char *buf, int64_t capacity, int64_t *n);
+	int32_t (*nccl_live)(int64_t *out);
+	int32_t (*nccl_split)(uint64_t comm, int32_t color, int32_t key, uint64_t *out);
+	int32_t (*nccl_unique_id)(char *buf, int64_t capacity, int64_t *n);
+	int32_t (*nccl_wait)(uint64_t h);
+	int32_t (*nccl_world_close)(uint64_t h);
+	int32_t (*nccl_world_info)(uint64_t h, char *buf, int64_t capacity, int64_t *n);
+	int32_t (*nccl_world_rebuild)(uint64_t h, uint64_t *out);
 	int32_t (*order_before)(uint64_t h, int64_t stream);
 	int32_t (*parse_dtype)(char *s, int32_t *code, int32_t *bits, int32_t *lanes);
 	int32_t (*permute)(uint64_t h, int32_t n, int32_t *order, uint64_t *out, dlb_info *info);
@@ -220,6 +263,27 @@ typedef struct {
 	"dlb_ipc_serve", \
 	"dlb_ipc_set_timeout", \
 	"dlb_is_pinned", \
+	"dlb_nccl_abort", \
+	"dlb_nccl_all_to_all", \
+	"dlb_nccl_async_error", \
+	"dlb_nccl_batch_add", \
+	"dlb_nccl_batch_close", \
+	"dlb_nccl_batch_launch", \
+	"dlb_nccl_batch_new", \
+	"dlb_nccl_collective", \
+	"dlb_nccl_comm_close", \
+	"dlb_nccl_comm_info", \
+	"dlb_nccl_finalize", \
+	"dlb_nccl_init_rank", \
+	"dlb_nccl_join", \
+	"dlb_nccl_last_failure", \
+	"dlb_nccl_live", \
+	"dlb_nccl_split", \
+	"dlb_nccl_unique_id", \
+	"dlb_nccl_wait", \
+	"dlb_nccl_world_close", \
+	"dlb_nccl_world_info", \
+	"dlb_nccl_world_rebuild", \
 	"dlb_order_before", \
 	"dlb_parse_dtype", \
 	"dlb_permute", \

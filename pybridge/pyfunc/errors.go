@@ -24,10 +24,11 @@ const (
 	MemoryError
 	RuntimeError
 	IndexError
+	TimeoutError // a wait past its deadline (dlbridge.nccl's and dlbridge.ipc's)
 	numClasses
 )
 
-var classNames = [numClasses]string{"", "BufferError", "TypeError", "ValueError", "MemoryError", "RuntimeError", "IndexError"}
+var classNames = [numClasses]string{"", "BufferError", "TypeError", "ValueError", "MemoryError", "RuntimeError", "IndexError", "TimeoutError"}
 
 // String is the name of the Python exception class ("Unclassified" for
 // Unclassified and numbers past the table).

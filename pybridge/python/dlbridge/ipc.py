@@ -40,18 +40,6 @@ from ._tensor import Tensor, _dtype_bytes
 _core = _lib._core
 
 _ENDED = "dlbridge.ipc: the connection ended"
-_TIMED_OUT = "dlbridge.ipc: timed out"
-
-
-def _timed(fn, *args):
-    """fn(*args), with a wait on the peer past its deadline raised as
-    TimeoutError (the message names the peer and the operation)."""
-    try:
-        return fn(*args)
-    except RuntimeError as e:
-        if str(e).startswith(_TIMED_OUT):
-            raise TimeoutError(str(e)) from None
-        raise
 
 
 def _path(path):
@@ -140,7 +128,7 @@ class Pool(_Object):
         TimeoutError names the peers that did not answer in time
         (``set_timeout``), whose allocations are freed once they answer or
         go away."""
-        _timed(_core.dlb_ipc_pool_trim, self._live())
+        _core.dlb_ipc_pool_trim(self._live())
 
     def set_timeout(self, seconds):
         """How long trim, close and an allocation at the limit wait for
@@ -170,13 +158,13 @@ class Connection(_Object):
         from ._stream import as_stream_handle
 
         s = 0 if stream is None else as_stream_handle(stream)
-        _timed(_core.dlb_ipc_send, self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)
+        _core.dlb_ipc_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)
 
     def recv(self):
         """The next tensor the peer sent (a view of the peer's memory, no
         copy). EOFError once the peer closed the connection or died."""
         try:
-            return _timed(_core.dlb_ipc_recv, self._live())
+            return _core.dlb_ipc_recv(self._live())
         except BufferError as e:
             if str(e).startswith(_ENDED):
                 raise EOFError(str(e)) from None
@@ -184,7 +172,7 @@ class Connection(_Object):
 
     def claim(self, token):
         """The tensor a Server offered under ``token``."""
-        return _timed(_core.dlb_ipc_claim, self._live(), int(token))
+        return _core.dlb_ipc_claim(self._live(), int(token))
 
     def set_timeout(self, answer=None, recv=None):
         """Deadlines in seconds (0: none; None: unchanged): ``answer`` for

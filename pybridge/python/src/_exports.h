@@ -521,6 +521,271 @@ static PyObject *x_dlb_is_pinned(PyObject *mod, PyObject *const *args, Py_ssize_
 	return PyLong_FromLongLong(a1);
 }
 
+static PyObject *x_dlb_nccl_abort(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_abort") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_abort(a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_all_to_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 4, 4, "dlb_nccl_all_to_all") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "comm", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "dst", "uint64", UINT64_MAX, a1);
+	uint64_t a2; X_UINT(args[2], "src", "uint64", UINT64_MAX, a2);
+	uint64_t a3; X_UINT(args[3], "stream", "uint64", UINT64_MAX, a3);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_all_to_all(a0, a1, a2, a3); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_async_error(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_async_error") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	char a1_[4096], *a1 = a1_; int64_t a1_cap = sizeof a1_;
+	int64_t a3 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_async_error(a0, a1, (int64_t)a1_cap, &a3); Py_END_ALLOW_THREADS
+	if (!r && a3 >= a1_cap) {
+		a1_cap = a3 + 1;
+		if (!(a1 = PyMem_Malloc(a1_cap))) return PyErr_NoMemory();
+		Py_BEGIN_ALLOW_THREADS r = E.nccl_async_error(a0, a1, (int64_t)a1_cap, &a3); Py_END_ALLOW_THREADS
+	}
+	if (r) return x_string(a1, a1_, r);
+	return x_string(a1, a1_, r);
+}
+
+static PyObject *x_dlb_nccl_batch_add(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 8, 8, "dlb_nccl_batch_add") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	uint64_t a1; X_UINT(args[1], "comm", "uint64", UINT64_MAX, a1);
+	int32_t a2; X_INT(args[2], "kind", "int32", INT32_MIN, INT32_MAX, a2);
+	uint64_t a3; X_UINT(args[3], "dst", "uint64", UINT64_MAX, a3);
+	uint64_t a4; X_UINT(args[4], "src", "uint64", UINT64_MAX, a4);
+	int32_t a5; X_INT(args[5], "op", "int32", INT32_MIN, INT32_MAX, a5);
+	int32_t a6; X_INT(args[6], "root", "int32", INT32_MIN, INT32_MAX, a6);
+	uint64_t a7; X_UINT(args[7], "stream", "uint64", UINT64_MAX, a7);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_batch_add(a0, a1, a2, a3, a4, a5, a6, a7); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_batch_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_batch_close") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_batch_close(a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_batch_launch(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_batch_launch") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_batch_launch(a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_batch_new(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 0, 0, "dlb_nccl_batch_new") < 0) return NULL;
+	uint64_t a0 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_batch_new(&a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return PyLong_FromUnsignedLongLong(a0);
+}
+
+static PyObject *x_dlb_nccl_collective(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 7, 7, "dlb_nccl_collective") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "comm", "uint64", UINT64_MAX, a0);
+	int32_t a1; X_INT(args[1], "kind", "int32", INT32_MIN, INT32_MAX, a1);
+	uint64_t a2; X_UINT(args[2], "dst", "uint64", UINT64_MAX, a2);
+	uint64_t a3; X_UINT(args[3], "src", "uint64", UINT64_MAX, a3);
+	int32_t a4; X_INT(args[4], "op", "int32", INT32_MIN, INT32_MAX, a4);
+	int32_t a5; X_INT(args[5], "root", "int32", INT32_MIN, INT32_MAX, a5);
+	uint64_t a6; X_UINT(args[6], "stream", "uint64", UINT64_MAX, a6);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_collective(a0, a1, a2, a3, a4, a5, a6); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_comm_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_comm_close") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_comm_close(a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_comm_info(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_comm_info") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	int64_t a1[5] = {0};
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_comm_info(a0, a1); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return Py_BuildValue("(NNNNN)", PyLong_FromLongLong(a1[0]), PyLong_FromLongLong(a1[1]), PyLong_FromLongLong(a1[2]), PyLong_FromLongLong(a1[3]), PyLong_FromLongLong(a1[4]));
+}
+
+static PyObject *x_dlb_nccl_finalize(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_finalize") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_finalize(a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_init_rank(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 5, 5, "dlb_nccl_init_rank") < 0) return NULL;
+	const char *a0; if (x_str(args[0], "id", &a0) < 0) return NULL;
+	int32_t a1; X_INT(args[1], "nranks", "int32", INT32_MIN, INT32_MAX, a1);
+	int32_t a2; X_INT(args[2], "rank", "int32", INT32_MIN, INT32_MAX, a2);
+	int32_t a3; X_INT(args[3], "dev", "int32", INT32_MIN, INT32_MAX, a3);
+	int64_t a4; X_INT(args[4], "timeoutMS", "int64", INT64_MIN, INT64_MAX, a4);
+	uint64_t a5 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_init_rank((char *)a0, a1, a2, a3, a4, &a5); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return PyLong_FromUnsignedLongLong(a5);
+}
+
+static PyObject *x_dlb_nccl_join(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "dlb_nccl_join") < 0) return NULL;
+	const char *a0; if (x_str(args[0], "env", &a0) < 0) return NULL;
+	int32_t a1; X_INT(args[1], "dev", "int32", INT32_MIN, INT32_MAX, a1);
+	int64_t a2; X_INT(args[2], "timeoutMS", "int64", INT64_MIN, INT64_MAX, a2);
+	uint64_t a3[2] = {0};
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_join((char *)a0, a1, a2, a3); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return Py_BuildValue("(NN)", PyLong_FromUnsignedLongLong(a3[0]), PyLong_FromUnsignedLongLong(a3[1]));
+}
+
+static PyObject *x_dlb_nccl_last_failure(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 0, 0, "dlb_nccl_last_failure") < 0) return NULL;
+	char a0_[4096], *a0 = a0_; int64_t a0_cap = sizeof a0_;
+	int64_t a2 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_last_failure(a0, (int64_t)a0_cap, &a2); Py_END_ALLOW_THREADS
+	if (!r && a2 >= a0_cap) {
+		a0_cap = a2 + 1;
+		if (!(a0 = PyMem_Malloc(a0_cap))) return PyErr_NoMemory();
+		Py_BEGIN_ALLOW_THREADS r = E.nccl_last_failure(a0, (int64_t)a0_cap, &a2); Py_END_ALLOW_THREADS
+	}
+	if (r) return x_string(a0, a0_, r);
+	return x_string(a0, a0_, r);
+}
+
+static PyObject *x_dlb_nccl_live(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 0, 0, "dlb_nccl_live") < 0) return NULL;
+	int64_t a0 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_live(&a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return PyLong_FromLongLong(a0);
+}
+
+static PyObject *x_dlb_nccl_split(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 3, 3, "dlb_nccl_split") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "comm", "uint64", UINT64_MAX, a0);
+	int32_t a1; X_INT(args[1], "color", "int32", INT32_MIN, INT32_MAX, a1);
+	int32_t a2; X_INT(args[2], "key", "int32", INT32_MIN, INT32_MAX, a2);
+	uint64_t a3 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_split(a0, a1, a2, &a3); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return PyLong_FromUnsignedLongLong(a3);
+}
+
+static PyObject *x_dlb_nccl_unique_id(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 0, 0, "dlb_nccl_unique_id") < 0) return NULL;
+	char a0_[4096], *a0 = a0_; int64_t a0_cap = sizeof a0_;
+	int64_t a2 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_unique_id(a0, (int64_t)a0_cap, &a2); Py_END_ALLOW_THREADS
+	if (!r && a2 >= a0_cap) {
+		a0_cap = a2 + 1;
+		if (!(a0 = PyMem_Malloc(a0_cap))) return PyErr_NoMemory();
+		Py_BEGIN_ALLOW_THREADS r = E.nccl_unique_id(a0, (int64_t)a0_cap, &a2); Py_END_ALLOW_THREADS
+	}
+	if (r) return x_string(a0, a0_, r);
+	return x_string(a0, a0_, r);
+}
+
+static PyObject *x_dlb_nccl_wait(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_wait") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_wait(a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_world_close(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_world_close") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_world_close(a0); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *x_dlb_nccl_world_info(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_world_info") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	char a1_[4096], *a1 = a1_; int64_t a1_cap = sizeof a1_;
+	int64_t a3 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_world_info(a0, a1, (int64_t)a1_cap, &a3); Py_END_ALLOW_THREADS
+	if (!r && a3 >= a1_cap) {
+		a1_cap = a3 + 1;
+		if (!(a1 = PyMem_Malloc(a1_cap))) return PyErr_NoMemory();
+		Py_BEGIN_ALLOW_THREADS r = E.nccl_world_info(a0, a1, (int64_t)a1_cap, &a3); Py_END_ALLOW_THREADS
+	}
+	if (r) return x_string(a1, a1_, r);
+	return x_string(a1, a1_, r);
+}
+
+static PyObject *x_dlb_nccl_world_rebuild(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 1, 1, "dlb_nccl_world_rebuild") < 0) return NULL;
+	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
+	uint64_t a1 = 0;
+	NEED_LIBRARY(return NULL);
+	int32_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_world_rebuild(a0, &a1); Py_END_ALLOW_THREADS
+	if (r) return raise_last(r);
+	return PyLong_FromUnsignedLongLong(a1);
+}
+
 static PyObject *x_dlb_parse_dtype(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 1, 1, "dlb_parse_dtype") < 0) return NULL;
 	const char *a0; if (x_str(args[0], "s", &a0) < 0) return NULL;
@@ -775,6 +1040,27 @@ static PyMethodDef export_methods[] = {
 	{"dlb_ipc_serve", (PyCFunction)(void (*)(void))x_dlb_ipc_serve, METH_FASTCALL, NULL},
 	{"dlb_ipc_set_timeout", (PyCFunction)(void (*)(void))x_dlb_ipc_set_timeout, METH_FASTCALL, NULL},
 	{"dlb_is_pinned", (PyCFunction)(void (*)(void))x_dlb_is_pinned, METH_FASTCALL, NULL},
+	{"dlb_nccl_abort", (PyCFunction)(void (*)(void))x_dlb_nccl_abort, METH_FASTCALL, NULL},
+	{"dlb_nccl_all_to_all", (PyCFunction)(void (*)(void))x_dlb_nccl_all_to_all, METH_FASTCALL, NULL},
+	{"dlb_nccl_async_error", (PyCFunction)(void (*)(void))x_dlb_nccl_async_error, METH_FASTCALL, NULL},
+	{"dlb_nccl_batch_add", (PyCFunction)(void (*)(void))x_dlb_nccl_batch_add, METH_FASTCALL, NULL},
+	{"dlb_nccl_batch_close", (PyCFunction)(void (*)(void))x_dlb_nccl_batch_close, METH_FASTCALL, NULL},
+	{"dlb_nccl_batch_launch", (PyCFunction)(void (*)(void))x_dlb_nccl_batch_launch, METH_FASTCALL, NULL},
+	{"dlb_nccl_batch_new", (PyCFunction)(void (*)(void))x_dlb_nccl_batch_new, METH_FASTCALL, NULL},
+	{"dlb_nccl_collective", (PyCFunction)(void (*)(void))x_dlb_nccl_collective, METH_FASTCALL, NULL},
+	{"dlb_nccl_comm_close", (PyCFunction)(void (*)(void))x_dlb_nccl_comm_close, METH_FASTCALL, NULL},
+	{"dlb_nccl_comm_info", (PyCFunction)(void (*)(void))x_dlb_nccl_comm_info, METH_FASTCALL, NULL},
+	{"dlb_nccl_finalize", (PyCFunction)(void (*)(void))x_dlb_nccl_finalize, METH_FASTCALL, NULL},
+	{"dlb_nccl_init_rank", (PyCFunction)(void (*)(void))x_dlb_nccl_init_rank, METH_FASTCALL, NULL},
+	{"dlb_nccl_join", (PyCFunction)(void (*)(void))x_dlb_nccl_join, METH_FASTCALL, NULL},
+	{"dlb_nccl_last_failure", (PyCFunction)(void (*)(void))x_dlb_nccl_last_failure, METH_FASTCALL, NULL},
+	{"dlb_nccl_live", (PyCFunction)(void (*)(void))x_dlb_nccl_live, METH_FASTCALL, NULL},
+	{"dlb_nccl_split", (PyCFunction)(void (*)(void))x_dlb_nccl_split, METH_FASTCALL, NULL},
+	{"dlb_nccl_unique_id", (PyCFunction)(void (*)(void))x_dlb_nccl_unique_id, METH_FASTCALL, NULL},
+	{"dlb_nccl_wait", (PyCFunction)(void (*)(void))x_dlb_nccl_wait, METH_FASTCALL, NULL},
+	{"dlb_nccl_world_close", (PyCFunction)(void (*)(void))x_dlb_nccl_world_close, METH_FASTCALL, NULL},
+	{"dlb_nccl_world_info", (PyCFunction)(void (*)(void))x_dlb_nccl_world_info, METH_FASTCALL, NULL},
+	{"dlb_nccl_world_rebuild", (PyCFunction)(void (*)(void))x_dlb_nccl_world_rebuild, METH_FASTCALL, NULL},
 	{"dlb_parse_dtype", (PyCFunction)(void (*)(void))x_dlb_parse_dtype, METH_FASTCALL, NULL},
 	{"dlb_permute", (PyCFunction)(void (*)(void))x_dlb_permute, METH_FASTCALL, NULL},
 	{"dlb_pin_memory", (PyCFunction)(void (*)(void))x_dlb_pin_memory, METH_FASTCALL, NULL},
