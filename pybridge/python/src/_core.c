@@ -133,12 +133,20 @@ static int load_library(void) {
 		if ((!L.loaded || forked()) && load_library() < 0) fail; \
 	} while (0)
 
+// The exception names of the error classes, indexed by the code an entry
+// point returns: the one table, generated into dlbridge.h from pyfunc.Class.
+static const char *const error_names[DLB_ERROR_CLASS_COUNT] = {DLB_ERROR_CLASSES};
+
+// error_name is the exception name of error class rc, RuntimeError for a
+// code outside the table.
+static const char *error_name(int32_t rc) {
+	return rc > 0 && rc < DLB_ERROR_CLASS_COUNT ? error_names[rc] : error_names[0];
+}
+
 // raise_last raises the exception of error class rc (dlbridge.h) that a
 // library entry point just returned, with its message; returns NULL.
 static PyObject *raise_last(int32_t rc) {
-	static const char *const names[DLB_ERROR_CLASS_COUNT] = {DLB_ERROR_CLASSES};
-	PyObject *exc = NULL;
-	if (rc > 0 && rc < DLB_ERROR_CLASS_COUNT) exc = PyDict_GetItemString(PyEval_GetBuiltins(), names[rc]);
+	PyObject *exc = PyDict_GetItemString(PyEval_GetBuiltins(), error_name(rc));
 	PyErr_SetString(exc ? exc : PyExc_RuntimeError, L.last_error());
 	return NULL;
 }
@@ -1667,9 +1675,7 @@ static int ex_alloc(dlb_DLTensor *proto, dlb_DLManagedTensorVersioned **out, voi
 	int32_t rc = E.alloc_export(proto->ndim, proto->shape, proto->dtype.code, proto->dtype.bits, proto->dtype.lanes,
 				     proto->device.device_type, proto->device.device_id, &mt);
 	if (rc) {
-		static const char *names[7] = {"RuntimeError", "BufferError", "TypeError", "ValueError",
-					       "MemoryError", "RuntimeError", "IndexError"};
-		if (set_error) set_error(ctx, names[rc >= 1 && rc <= 6 ? rc : 0], L.last_error());
+		if (set_error) set_error(ctx, error_name(rc), L.last_error());
 		return -1;
 	}
 	*out = mt;
