@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -471,6 +472,13 @@ func (w *World) lost(r int, why string) {
 	}
 	w.dead[r] = why
 	w.notify()
+	// The communicator stops waiting for the rank now: NCCL may never
+	// notice that it exited (see Comm.PeerGone). In a goroutine: the
+	// failure asks the other ranks about their progress, whose answers
+	// come through the connection this may be called from.
+	if c := w.comm; c != nil && slices.Contains(w.members, r) {
+		go c.PeerGone(fmt.Sprintf("job rank %d: %s", r, why))
+	}
 	var tell []net.Conn
 	if w.Rank == 0 {
 		for q, c := range w.conns {
@@ -557,7 +565,16 @@ func (w *World) setComm(c *Comm, members []int) {
 	c.SetMissing(w)
 	w.mu.Lock()
 	w.comm, w.members = c, members
+	var gone []string
+	for _, r := range members {
+		if why, ok := w.dead[r]; ok {
+			gone = append(gone, fmt.Sprintf("job rank %d: %s", r, why))
+		}
+	}
 	w.mu.Unlock()
+	if len(gone) > 0 { // a rank exited while the communicator was made
+		go c.PeerGone(strings.Join(gone, "; "))
+	}
 }
 
 // Comm is the current communicator of the job's ranks (after Rebuild, of
