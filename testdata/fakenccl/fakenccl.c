@@ -166,6 +166,7 @@ typedef struct comm {
     volatile int inflight; /* queued operations not yet complete */
     volatile int finalizing;
     volatile int calls;     /* calls of the communicator running now */
+    const char *volatile in_call; /* the one that entered first */
     volatile int launching; /* a nonblocking launch not yet joined */
     int polls;              /* ncclCommGetAsyncError calls since it began */
     int refs; /* the caller's (until destroy or abort) and one per queued batch */
@@ -232,9 +233,12 @@ static void check_peers(comm *c) {
  * overlapping call makes the asynchronous error ncclInternalError, and
  * enter answers 0. leave is called either way. */
 static int enter(comm *c, const char *fn) {
-    if (__atomic_fetch_add(&c->calls, 1, __ATOMIC_ACQ_REL) == 0) return 1;
-    set_err("fake NCCL: %s while another call of the same communicator runs in another thread "
-            "(NCCL's calls of a communicator must not overlap)", fn);
+    if (__atomic_fetch_add(&c->calls, 1, __ATOMIC_ACQ_REL) == 0) {
+        c->in_call = fn;
+        return 1;
+    }
+    set_err("fake NCCL: %s while another call of the same communicator (%s) runs in another thread "
+            "(NCCL's calls of a communicator must not overlap)", fn, c->in_call ? c->in_call : "?");
     __atomic_store_n(&c->async, ncclInternalError, __ATOMIC_RELEASE);
     return 0;
 }
