@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,7 +143,7 @@ type Comm struct {
 	// NCCL itself may never notice (over NVLink and shared memory its
 	// kernels wait for the peer for ever), so the operations in flight,
 	// and the next one issued, fail at once instead of at the deadline.
-	gone atomic.Pointer[error]
+	gone atomic.Pointer[goneRanks]
 
 	wmu      sync.Mutex
 	flights  []flight
@@ -400,7 +401,7 @@ func (c *Comm) settle(op string, r Result, fn string, seq uint64) error {
 		// lost rank had come to may complete (the watchdog fails the
 		// others, which aborts the communicator and ends this wait).
 		if p := c.gone.Load(); p != nil && op != "finalize" {
-			c.fail(c.opError(op, seq, 0, *p))
+			c.fail(c.opError(op, seq, 0, p.err))
 			return c.err(op)
 		}
 		now := time.Now()
@@ -470,6 +471,12 @@ func (c *Comm) AsyncError() error {
 
 func (c *Comm) opError(op string, seq uint64, timeout time.Duration, cause error) *OpError {
 	e := &OpError{Op: op, Seq: seq, Rank: c.rank, Size: c.size, Timeout: timeout, Err: cause}
+	if g := c.gone.Load(); g != nil && cause == g.err {
+		// Known: asking the others now would find the survivors
+		// already failing the same way, or gone on without this one.
+		e.Missing = g.ranks
+		return e
+	}
 	if c.missing != nil {
 		e.Missing, e.Detail = c.missing.Missing(c.key, seq)
 	}
@@ -509,15 +516,23 @@ func (c *Comm) usable(op string) error {
 // connection close.
 var ErrPeerGone = errors.New("nccl: a rank of the communicator exited")
 
-// PeerGone tells the communicator that a rank of it is gone (why says how
-// that is known). NCCL may never notice (over NVLink and shared memory
-// its kernels wait for the peer for ever): the operation in flight fails
-// now, or the next one issued, and the communicator is aborted, instead
-// of at the deadline. A World calls it for the communicator it built when
-// the rendezvous connection of one of its ranks closes.
-func (c *Comm) PeerGone(why string) {
-	err := fmt.Errorf("%w: %s", ErrPeerGone, why)
-	c.gone.CompareAndSwap(nil, &err)
+// goneRanks is what PeerGone was told.
+type goneRanks struct {
+	ranks []int
+	err   error
+}
+
+// PeerGone tells the communicator that ranks of it are gone (as its
+// Missing numbers them: a World's job ranks; why says how that is known).
+// NCCL may never notice (over NVLink and shared memory its kernels wait
+// for the peer for ever): the operation in flight fails now, or the next
+// one issued, and the communicator is aborted, instead of at the
+// deadline; the failure names those ranks. A World calls it for the
+// communicator it built when the rendezvous connection of one of its
+// ranks closes.
+func (c *Comm) PeerGone(ranks []int, why string) {
+	g := &goneRanks{ranks: slices.Clone(ranks), err: fmt.Errorf("%w: %s", ErrPeerGone, why)}
+	c.gone.CompareAndSwap(nil, g)
 	// The watchdog fails the first operation in flight whose stream has
 	// not run it (one that completed before the rank exited is no
 	// failure: the rank may have finished and left); settle fails the
@@ -530,7 +545,7 @@ func (c *Comm) lost(op string) error {
 	if p == nil {
 		return nil
 	}
-	c.fail(c.opError(op, c.seq.Add(1), 0, *p))
+	c.fail(c.opError(op, c.seq.Add(1), 0, p.err))
 	return c.err(op)
 }
 

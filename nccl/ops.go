@@ -670,7 +670,7 @@ func (c *Comm) watchdog() {
 			pause = 0
 			continue
 		case c.gone.Load() != nil:
-			c.fail(c.opError(f.op, f.seq, 0, *c.gone.Load()))
+			c.fail(c.opError(f.op, f.seq, 0, c.gone.Load().err))
 			continue
 		case time.Now().After(f.deadline):
 			c.fail(c.opError(f.op, f.seq, c.timeout, ErrTimeout))

@@ -334,7 +334,13 @@ func scenarioKill(w *nccl.World) error {
 	if err := check("all_reduce after rebuild", got, []float32{float32(m * (m - 1) / 2)}); err != nil {
 		return err
 	}
-	return nc.Finalize()
+	if err := nc.Finalize(); err != nil {
+		return err
+	}
+	// Stay in the job a while: a survivor that exits at once would be
+	// named as gone by one still failing the first communicator.
+	time.Sleep(2 * time.Second)
+	return nil
 }
 
 // scenarioBurst: many all-reduces queued back to back on one stream, no

@@ -477,7 +477,7 @@ func (w *World) lost(r int, why string) {
 	// failure asks the other ranks about their progress, whose answers
 	// come through the connection this may be called from.
 	if c := w.comm; c != nil && slices.Contains(w.members, r) {
-		go c.PeerGone(fmt.Sprintf("job rank %d: %s", r, why))
+		go c.PeerGone([]int{r}, fmt.Sprintf("job rank %d: %s", r, why))
 	}
 	var tell []net.Conn
 	if w.Rank == 0 {
@@ -543,7 +543,7 @@ func (w *World) Missing(key string, seq uint64) ([]int, string) {
 		case !answered:
 			parts = append(parts, fmt.Sprintf("rank %d: no answer from its process", r))
 		case n == noComm:
-			parts = append(parts, fmt.Sprintf("rank %d: not in this communicator any more", r))
+			continue // it left this communicator (failed, rebuilt): it is not what is waited for
 		case n < seq:
 			parts = append(parts, fmt.Sprintf("rank %d: alive, issued %d operations", r, n))
 		default:
@@ -565,15 +565,17 @@ func (w *World) setComm(c *Comm, members []int) {
 	c.SetMissing(w)
 	w.mu.Lock()
 	w.comm, w.members = c, members
-	var gone []string
+	var gone []int
+	var whys []string
 	for _, r := range members {
 		if why, ok := w.dead[r]; ok {
-			gone = append(gone, fmt.Sprintf("job rank %d: %s", r, why))
+			gone = append(gone, r)
+			whys = append(whys, fmt.Sprintf("job rank %d: %s", r, why))
 		}
 	}
 	w.mu.Unlock()
 	if len(gone) > 0 { // a rank exited while the communicator was made
-		go c.PeerGone(strings.Join(gone, "; "))
+		go c.PeerGone(gone, strings.Join(whys, "; "))
 	}
 }
 
