@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,10 +86,11 @@ type ncclConfig struct {
 
 const configUndef = math.MinInt32
 
-// newConfig: every communicator is nonblocking (blocking = 0), as
-// torch.distributed's are: NCCL calls return at once (ncclInProgress while
-// work is pending) and we wait for them with a deadline, so that a rank
-// that never comes cannot hold a thread inside NCCL.
+// newConfig: every communicator is nonblocking (blocking = 0; what
+// torch.distributed asks for with TORCH_NCCL_USE_COMM_NONBLOCKING=1): NCCL
+// calls return at once (ncclInProgress while work is pending) and we wait
+// for them with a deadline (settle), so that a rank that never comes
+// cannot hold a thread inside NCCL.
 func newConfig(c *Config) (*ncclConfig, []byte) {
 	cfg := &ncclConfig{size: 48, magic: 0xcafebeef, version: 21800, blocking: 0,
 		cgaClusterSize: configUndef, minCTAs: configUndef, maxCTAs: configUndef, splitShare: configUndef}
@@ -113,8 +115,19 @@ type Missing interface {
 // communicator must be issued in the same order on every rank, as NCCL
 // requires (issue them from one goroutine, or order them yourself).
 type Comm struct {
-	mu      sync.RWMutex // R: a call into NCCL with h; W: abort and destroy
-	h       uintptr      // ncclComm_t; 0 once aborted or destroyed
+	mu sync.RWMutex // R: a call into NCCL with h; W: abort and destroy
+	// calls serializes the calls of NCCL on h, from the call that queues
+	// work until ncclCommGetAsyncError says it is no longer in progress:
+	// NCCL's communicator is not safe for concurrent calls (2.28's
+	// ncclCommGetAsyncError joins and frees the launch thread of a
+	// nonblocking group; two callers free it twice), and a call made
+	// while the previous one is in progress fails with "Attempt to use
+	// communicator before the previous operation returned ncclSuccess".
+	// Only ncclCommAbort goes around it (under mu's write lock), as NCCL
+	// allows, so that a failure never waits for a call to end.
+	calls   sync.Mutex
+	order   uint64  // rank of the communicator in the order calls are taken
+	h       uintptr // ncclComm_t; 0 once aborted or destroyed
 	rank    int
 	size    int
 	dev     int
@@ -125,11 +138,26 @@ type Comm struct {
 
 	seq    atomic.Uint64 // operations issued
 	failed atomic.Pointer[error]
+	// gone is set when a rank of the communicator is known to have
+	// exited (the control plane of a World saw its connection close):
+	// NCCL itself may never notice (over NVLink and shared memory its
+	// kernels wait for the peer for ever), so the operations in flight,
+	// and the next one issued, fail at once instead of at the deadline.
+	gone atomic.Pointer[goneRanks]
 
 	wmu      sync.Mutex
 	flights  []flight
 	watching bool
 	events   []*cuda.Event
+}
+
+// commOrder numbers communicators as they are made: calls of several are
+// taken in that order (a batch over several communicators).
+var commOrder atomic.Uint64
+
+// newComm makes the Go side of a communicator.
+func newComm(h uintptr, rank, size, dev int, ctx *cuda.Context, key string, timeout time.Duration) *Comm {
+	return &Comm{h: h, rank: rank, size: size, dev: dev, ctx: ctx, key: key, timeout: timeout, order: commOrder.Add(1)}
 }
 
 // flight is an operation queued on a stream and not yet seen complete.
@@ -199,7 +227,7 @@ func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nccl: InitRank: %w", err)
 	}
-	c := &Comm{rank: rank, size: nranks, dev: dev, ctx: ctx, key: id.key(), timeout: cfg.timeout()}
+	c := newComm(0, rank, nranks, dev, ctx, id.key(), cfg.timeout())
 	ncfg, name := newConfig(cfg)
 	var r Result
 	if err := onDevice(ctx, func() {
@@ -238,7 +266,7 @@ func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
 		if ctxs[i], err = zerocopy.DeviceContext(d); err != nil {
 			return nil, fmt.Errorf("nccl: InitDevices: %w", err)
 		}
-		comms[i] = &Comm{rank: i, size: len(devs), dev: d, ctx: ctxs[i], key: id.key(), timeout: cfg.timeout()}
+		comms[i] = newComm(0, i, len(devs), d, ctxs[i], id.key(), cfg.timeout())
 	}
 	ncfg, name := newConfig(cfg)
 	var first error
@@ -300,6 +328,11 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if err := c.usable("split"); err != nil {
 		return nil, err
 	}
+	c.calls.Lock()
+	defer c.calls.Unlock()
+	if err := c.lost("split"); err != nil {
+		return nil, err
+	}
 	seq := c.seq.Add(1)
 	ncfg, name := newConfig(&Config{Timeout: c.timeout})
 	var nh uintptr
@@ -323,8 +356,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if nh == 0 {
 		return nil, nil
 	}
-	nc := &Comm{h: nh, dev: c.dev, ctx: c.ctx, timeout: c.timeout,
-		key: fmt.Sprintf("%s.%d.%d", c.key, seq, color)}
+	nc := newComm(nh, 0, 0, c.dev, c.ctx, fmt.Sprintf("%s.%d.%d", c.key, seq, color), c.timeout)
 	if err := nc.settle("split", inProgress, "ncclCommSplit", 0); err != nil {
 		return nil, err
 	}
@@ -343,14 +375,16 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 
 // settle turns the result r of call fn into an error, waiting (with the
 // deadline) while the nonblocking communicator reports ncclInProgress. A
-// failure aborts the communicator.
+// failure aborts the communicator. The caller holds c.calls (or is the
+// only user of c): NCCL takes no other call of c until this one settled.
 func (c *Comm) settle(op string, r Result, fn string, seq uint64) error {
 	if r != success && r != inProgress {
 		err := newError(fn, r, c.h)
 		c.fail(&OpError{Op: op, Seq: seq, Rank: c.rank, Size: c.size, Err: err})
 		return c.err(op)
 	}
-	deadline := time.Now().Add(c.timeout)
+	start := time.Now()
+	deadline := start.Add(c.timeout)
 	for pause := time.Duration(0); ; {
 		a, err := c.asyncError()
 		if err != nil {
@@ -363,14 +397,34 @@ func (c *Comm) settle(op string, r Result, fn string, seq uint64) error {
 			c.fail(c.opError(op, seq, 0, newError(fn, a, c.h)))
 			return c.err(op)
 		}
-		if time.Now().After(deadline) {
+		// Finalize waits for this rank's own operations only: those the
+		// lost rank had come to may complete (the watchdog fails the
+		// others, which aborts the communicator and ends this wait).
+		if p := c.gone.Load(); p != nil && op != "finalize" {
+			c.fail(c.opError(op, seq, 0, p.err))
+			return c.err(op)
+		}
+		now := time.Now()
+		if now.After(deadline) {
 			c.fail(c.opError(op, seq, c.timeout, ErrTimeout))
 			return c.err(op)
+		}
+		// A nonblocking launch takes tens of microseconds (NCCL's own
+		// thread); a timer sleeps no shorter than about a millisecond on
+		// Linux, which per operation would be most of a small
+		// collective's cost. So: yield and poll again for a while, and
+		// only then sleep, longer and longer (initialization, a slow peer).
+		if now.Sub(start) < spinFor {
+			runtime.Gosched()
+			continue
 		}
 		pause = backoff(pause)
 		time.Sleep(pause)
 	}
 }
+
+// spinFor: how long settle polls without sleeping.
+const spinFor = 500 * time.Microsecond
 
 // backoff: the next pause of a polling loop, from 20 us to 5 ms.
 func backoff(p time.Duration) time.Duration {
@@ -403,7 +457,9 @@ func (c *Comm) AsyncError() error {
 	if p := c.failed.Load(); p != nil {
 		return *p
 	}
+	c.calls.Lock()
 	a, err := c.asyncError()
+	c.calls.Unlock()
 	if err != nil {
 		return err
 	}
@@ -415,6 +471,12 @@ func (c *Comm) AsyncError() error {
 
 func (c *Comm) opError(op string, seq uint64, timeout time.Duration, cause error) *OpError {
 	e := &OpError{Op: op, Seq: seq, Rank: c.rank, Size: c.size, Timeout: timeout, Err: cause}
+	if g := c.gone.Load(); g != nil && cause == g.err {
+		// Known: asking the others now would find the survivors
+		// already failing the same way, or gone on without this one.
+		e.Missing = g.ranks
+		return e
+	}
 	if c.missing != nil {
 		e.Missing, e.Detail = c.missing.Missing(c.key, seq)
 	}
@@ -447,6 +509,44 @@ func (c *Comm) usable(op string) error {
 		return c.err(op)
 	}
 	return nil
+}
+
+// ErrPeerGone matches (errors.Is) an OpError whose cause is a rank of the
+// communicator that exited: the control plane of a World saw its
+// connection close.
+var ErrPeerGone = errors.New("nccl: a rank of the communicator exited")
+
+// goneRanks is what PeerGone was told.
+type goneRanks struct {
+	ranks []int
+	err   error
+}
+
+// PeerGone tells the communicator that ranks of it are gone (as its
+// Missing numbers them: a World's job ranks; why says how that is known).
+// NCCL may never notice (over NVLink and shared memory its kernels wait
+// for the peer for ever): the operation in flight fails now, or the next
+// one issued, and the communicator is aborted, instead of at the
+// deadline; the failure names those ranks. A World calls it for the
+// communicator it built when the rendezvous connection of one of its
+// ranks closes.
+func (c *Comm) PeerGone(ranks []int, why string) {
+	g := &goneRanks{ranks: slices.Clone(ranks), err: fmt.Errorf("%w: %s", ErrPeerGone, why)}
+	c.gone.CompareAndSwap(nil, g)
+	// The watchdog fails the first operation in flight whose stream has
+	// not run it (one that completed before the rank exited is no
+	// failure: the rank may have finished and left); settle fails the
+	// call being made, lost the next one.
+}
+
+// lost fails operation op, about to be issued, when a rank is known gone.
+func (c *Comm) lost(op string) error {
+	p := c.gone.Load()
+	if p == nil {
+		return nil
+	}
+	c.fail(c.opError(op, c.seq.Add(1), 0, p.err))
+	return c.err(op)
 }
 
 // abort calls ncclCommAbort once: kernels of the communicator exit and its
@@ -490,6 +590,8 @@ func (c *Comm) Finalize() error {
 	if err := c.usable("finalize"); err != nil {
 		return err
 	}
+	c.calls.Lock()
+	defer c.calls.Unlock()
 	c.mu.RLock()
 	h := c.h
 	var r Result

@@ -21,13 +21,15 @@
 // the work: the views' pending writes are ordered before it with events,
 // results are left pending on it (View.Stream), the host never waits.
 //
-// Communicators are nonblocking (ncclConfig_t.blocking = 0, as
-// torch.distributed's): every wait has a deadline (Config.Timeout,
-// DLBRIDGE_NCCL_TIMEOUT for FromEnv). A watchdog follows the operations
-// in flight with an event each and ncclCommGetAsyncError; when one has not
-// completed by its deadline, or NCCL reports an error, the communicator is
-// aborted and the next call returns an *OpError naming the operation and
-// the ranks that did not come. The survivors build a communicator without
+// Communicators are nonblocking (ncclConfig_t.blocking = 0): every wait
+// has a deadline (Config.Timeout, DLBRIDGE_NCCL_TIMEOUT for FromEnv), and
+// the calls of a communicator are serialized until each settled, as NCCL
+// requires. A watchdog follows the operations in flight with an event
+// each and ncclCommGetAsyncError; when one has not completed by its
+// deadline, NCCL reports an error, or a rank of the communicator exited
+// (a World's control plane sees that at once; NCCL over NVLink never
+// does), the communicator is aborted and the next call returns an
+// *OpError naming the operation and the ranks that did not come. The survivors build a communicator without
 // the lost rank with World.Rebuild.
 //
 // Tests run against testdata/fakenccl (internal/fakenccl builds it): the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 	"unsafe"
@@ -81,6 +82,9 @@ const (
 )
 
 var kindNames = [...]string{"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv"}
+
+// kindCalls are the entry points, named in errors.
+var kindCalls = [...]string{"ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclSend", "ncclRecv"}
 
 // spec is one NCCL call: what the caller asked, checked, ready to launch.
 type spec struct {
@@ -263,9 +267,25 @@ func run(name string, specs []*spec) error {
 			return fmt.Errorf("nccl: %s: %w", name, err)
 		}
 	}
+	// NCCL takes one call of a communicator at a time, until it settled
+	// (see Comm.calls); the locks of several are taken in one order.
+	comms := distinct(specs)
+	sort.Slice(comms, func(i, j int) bool { return comms[i].order < comms[j].order })
+	for _, c := range comms {
+		c.calls.Lock()
+	}
+	defer func() {
+		for _, c := range comms {
+			c.calls.Unlock()
+		}
+	}()
+	for _, c := range comms {
+		if err := c.lost(name); err != nil {
+			return err
+		}
+	}
 	// The communicators' handles stay valid (no abort frees them) while
 	// the calls are made.
-	comms := distinct(specs)
 	for _, c := range comms {
 		c.mu.RLock()
 	}
@@ -286,7 +306,7 @@ func run(name string, specs []*spec) error {
 	}
 	var r Result
 	var failedOn *Comm
-	fn := "nccl" + name
+	fn := kindCalls[specs[0].kind]
 	func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -318,7 +338,7 @@ func run(name string, specs []*spec) error {
 				cur = s.comm.ctx
 			}
 			if r = s.enqueue(s.comm.h); r != success && r != inProgress {
-				failedOn, fn = s.comm, "nccl"+kindNames[s.kind]
+				failedOn, fn = s.comm, kindCalls[s.kind]
 				break
 			}
 		}
@@ -626,10 +646,16 @@ func (c *Comm) watchdog() {
 		f := c.flights[0]
 		c.wmu.Unlock()
 
-		a, err := c.asyncError()
-		if err == nil && a != success && a != inProgress {
-			c.fail(c.opError(f.op, f.seq, 0, newError("ncclCommGetAsyncError", a, 0)))
-			continue
+		// NCCL's state is asked only between calls of the issuing
+		// goroutines (Comm.calls): while one is in progress its caller
+		// polls the same state and reports what goes wrong.
+		if c.calls.TryLock() {
+			a, err := c.asyncError()
+			c.calls.Unlock()
+			if err == nil && a != success && a != inProgress {
+				c.fail(c.opError(f.op, f.seq, 0, newError("ncclCommGetAsyncError", a, 0)))
+				continue
+			}
 		}
 		done, qerr := f.ev.Query()
 		switch {
@@ -642,6 +668,9 @@ func (c *Comm) watchdog() {
 			c.events = append(c.events, f.ev)
 			c.wmu.Unlock()
 			pause = 0
+			continue
+		case c.gone.Load() != nil:
+			c.fail(c.opError(f.op, f.seq, 0, c.gone.Load().err))
 			continue
 		case time.Now().After(f.deadline):
 			c.fail(c.opError(f.op, f.seq, c.timeout, ErrTimeout))

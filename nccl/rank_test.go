@@ -17,9 +17,10 @@ import (
 // The scenarios a rank process runs (spawn starts them). Each prints what
 // went wrong and answers its exit code: 0 for success.
 var scenarios = map[string]func(w *nccl.World) error{
-	"ops":  scenarioOps,
-	"kill": scenarioKill,
-	"hang": scenarioHang,
+	"ops":   scenarioOps,
+	"kill":  scenarioKill,
+	"hang":  scenarioHang,
+	"burst": scenarioBurst,
 }
 
 func runScenario(name string) int {
@@ -299,11 +300,17 @@ func scenarioKill(w *nccl.World) error {
 		return fmt.Errorf("all_reduce with a dead rank: %v: want op all_reduce and missing [%d]", err, w.Size-1)
 	}
 	fmt.Println("expected failure:", err)
-	if os.Getenv("FAKENCCL_NO_PEER_CHECK") == "1" && !errors.Is(err, nccl.ErrTimeout) {
-		return fmt.Errorf("with no peer check the deadline must end the wait: %v", err)
+	fmt.Println("it took", took)
+	// The fake, as NCCL over NVLink once connected, never sees the rank
+	// exit: the control plane must end the wait. (A real NCCL whose first
+	// collective still connects to the peer may see the closed socket
+	// first: either is right, as long as it is quick.)
+	fake := os.Getenv("DLBRIDGE_GPU") != "1" && os.Getenv("FAKENCCL_PEER_CHECK") != "1"
+	if fake && !errors.Is(err, nccl.ErrPeerGone) {
+		return fmt.Errorf("NCCL does not see the rank exit: the control plane must end the wait: %v", err)
 	}
-	if limit := c.Timeout() + 5*time.Second; took > limit {
-		return fmt.Errorf("the failure took %v, more than the timeout %v", took, c.Timeout())
+	if limit := c.Timeout() / 2; took > limit {
+		return fmt.Errorf("the failure took %v: a rank known gone must end the wait at once, not near the timeout %v", took, c.Timeout())
 	}
 	if err := c.AllReduce(v, v, nccl.Sum, nil); !errors.Is(err, nccl.ErrAborted) {
 		return fmt.Errorf("an operation on the failed communicator: got %v, want ErrAborted", err)
@@ -327,7 +334,59 @@ func scenarioKill(w *nccl.World) error {
 	if err := check("all_reduce after rebuild", got, []float32{float32(m * (m - 1) / 2)}); err != nil {
 		return err
 	}
-	return nc.Finalize()
+	if err := nc.Finalize(); err != nil {
+		return err
+	}
+	// Stay in the job a while: a survivor that exits at once would be
+	// named as gone by one still failing the first communicator.
+	time.Sleep(2 * time.Second)
+	return nil
+}
+
+// scenarioBurst: many all-reduces queued back to back on one stream, no
+// host wait between them (as a training step or a benchmark issues them),
+// then the sum checked.
+func scenarioBurst(w *nccl.World) error {
+	c := w.Comm()
+	ctx, err := zerocopy.DeviceContext(c.Device())
+	if err != nil {
+		return err
+	}
+	s, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
+	if err != nil {
+		return err
+	}
+	v, err := toDevice(c.Device(), s, []int64{1, 2, 3})
+	if err != nil {
+		return err
+	}
+	const n = 300
+	for i := 0; i < n; i++ {
+		// Every 30th a sum (v times Size()), the others maxima (v
+		// unchanged): the values stay small and each operation counts.
+		op := nccl.Max
+		if i%30 == 0 {
+			op = nccl.Sum
+		}
+		if err := c.AllReduce(v, v, op, s); err != nil {
+			return fmt.Errorf("all_reduce %d of %d: %w", i+1, n, err)
+		}
+	}
+	if err := c.Wait(); err != nil {
+		return err
+	}
+	got, err := toHost[int64](v, s)
+	if err != nil {
+		return err
+	}
+	k := int64(1)
+	for i := 0; i < n; i += 30 {
+		k *= int64(c.Size())
+	}
+	if err := check("back-to-back all_reduce", got, []int64{k, 2 * k, 3 * k}); err != nil {
+		return err
+	}
+	return c.Finalize()
 }
 
 // scenarioHang: the last rank stays alive but never comes; the others fail

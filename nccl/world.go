@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -483,6 +484,13 @@ func (w *World) lost(r int, why string) {
 	}
 	w.dead[r] = why
 	w.notify()
+	// The communicator stops waiting for the rank now: NCCL may never
+	// notice that it exited (see Comm.PeerGone). In a goroutine: the
+	// failure asks the other ranks about their progress, whose answers
+	// come through the connection this may be called from.
+	if c := w.comm; c != nil && slices.Contains(w.members, r) {
+		go c.PeerGone([]int{r}, fmt.Sprintf("job rank %d: %s", r, why))
+	}
 	var tell []net.Conn
 	if w.Rank == 0 {
 		for q, c := range w.conns {
@@ -547,7 +555,7 @@ func (w *World) Missing(key string, seq uint64) ([]int, string) {
 		case !answered:
 			parts = append(parts, fmt.Sprintf("rank %d: no answer from its process", r))
 		case n == noComm:
-			parts = append(parts, fmt.Sprintf("rank %d: not in this communicator any more", r))
+			continue // it left this communicator (failed, rebuilt): it is not what is waited for
 		case n < seq:
 			parts = append(parts, fmt.Sprintf("rank %d: alive, issued %d operations", r, n))
 		default:
@@ -569,7 +577,18 @@ func (w *World) setComm(c *Comm, members []int) {
 	c.SetMissing(w)
 	w.mu.Lock()
 	w.comm, w.members = c, members
+	var gone []int
+	var whys []string
+	for _, r := range members {
+		if why, ok := w.dead[r]; ok {
+			gone = append(gone, r)
+			whys = append(whys, fmt.Sprintf("job rank %d: %s", r, why))
+		}
+	}
 	w.mu.Unlock()
+	if len(gone) > 0 { // a rank exited while the communicator was made
+		go c.PeerGone(gone, strings.Join(whys, "; "))
+	}
 }
 
 // Comm is the current communicator of the job's ranks (after Rebuild, of

@@ -29,10 +29,12 @@ torch_ranks() {
     echo "=== $mode ${net[*]}"
     for round in 1 2; do # interleaved, twice: drift shows as a difference between rounds
       torch_ranks "${net[@]}" 2>&1 | grep -E '^(#|torch)'
+      # A Go rank's failure is a "# go rank N error: ..." line (each measurement has a
+      # deadline); a crash of the runtime starts with "panic:" or "fatal error:".
       if [ -n "$TORCH_NCCL" ]; then
-        go_ranks "${net[@]}" DLBRIDGE_LIBNCCL="$TORCH_NCCL" 2>&1 | grep -E '^(#|go)'
+        go_ranks "${net[@]}" DLBRIDGE_LIBNCCL="$TORCH_NCCL" 2>&1 | grep -E '^(#|go|panic|fatal error|SIG)'
       fi
-      go_ranks "${net[@]}" 2>&1 | grep -E '^(#|go)' | sed 's/^go /go(system-nccl) /'
+      go_ranks "${net[@]}" 2>&1 | grep -E '^(#|go|panic|fatal error|SIG)' | sed 's/^go /go(system-nccl) /'
     done
   done
 } > "$log" 2>&1

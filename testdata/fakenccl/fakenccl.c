@@ -29,13 +29,29 @@
  *     requires every rank to call them in the same order; sends and
  *     receives are numbered per pair of ranks). A synchronization of the
  *     stream waits for the peers; a query answers not ready meanwhile.
+ *   - Nonblocking communicators behave as NCCL 2.28's: a collective, or
+ *     the ncclGroupEnd of a group, answers ncclInProgress, and
+ *     ncclCommGetAsyncError answers ncclInProgress until NCCL's launch
+ *     thread is done (here: the second query), which that query joins (it
+ *     takes a while). A call on the communicator meanwhile fails, as
+ *     NCCL's: "Attempt to use communicator before the previous operation
+ *     returned ncclSuccess" (ncclInvalidArgument, and the communicator's
+ *     asynchronous error).
+ *   - A communicator takes one call at a time: NCCL's are not safe for
+ *     concurrent calls (2.28's ncclCommGetAsyncError joins and frees the
+ *     launch thread; two callers free it twice). Two calls of one
+ *     communicator that overlap in time (ncclCommAbort excepted, which
+ *     NCCL lets another thread call) make its asynchronous error
+ *     ncclInternalError, so that a caller that lets them overlap fails.
  *   - Failures: ncclCommAbort completes every queued operation of the
  *     communicator at once (its buffers untouched), as NCCL's kernels exit
- *     on abort. While an operation waits, the peers' pids are checked every
- *     few milliseconds: a peer that exited makes ncclCommGetAsyncError
- *     answer ncclRemoteError and the operation complete, as NCCL's proxy
- *     reports a closed connection (FAKENCCL_NO_PEER_CHECK=1 turns that off,
- *     so that only a deadline above can end the wait, as with a hung peer).
+ *     on abort. A peer that exits goes unnoticed, as over NVLink and
+ *     shared memory, where NCCL's kernels wait for it for ever: only an
+ *     abort ends the wait. FAKENCCL_PEER_CHECK=1 models the network
+ *     transport instead: while an operation waits, the peers' pids are
+ *     checked every few milliseconds, and a peer that exited makes
+ *     ncclCommGetAsyncError answer ncclRemoteError and the operation
+ *     complete, as NCCL's proxy reports a closed connection.
  *   - Reductions compute in rank order (rank 0's value first), in the
  *     element type (float16 and bfloat16 through float).
  */
@@ -149,6 +165,10 @@ typedef struct comm {
     volatile int async;
     volatile int inflight; /* queued operations not yet complete */
     volatile int finalizing;
+    volatile int calls;     /* calls of the communicator running now */
+    const char *volatile in_call; /* the one that entered first */
+    volatile int launching; /* a nonblocking launch not yet joined */
+    int polls;              /* ncclCommGetAsyncError calls since it began */
     int refs; /* the caller's (until destroy or abort) and one per queued batch */
     struct timespec last_check;
 } comm;
@@ -184,16 +204,16 @@ static void release(comm *c) {
 
 static int peer_alive(int64_t pid) { return pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH; }
 
-static int no_peer_check = -1;
+static int peer_check = -1;
 
 /* check_peers: a rank that exited makes the communicator's asynchronous
  * error ncclRemoteError (at most every 5 ms). */
 static void check_peers(comm *c) {
-    if (no_peer_check < 0) {
-        const char *e = getenv("FAKENCCL_NO_PEER_CHECK");
-        no_peer_check = e && *e && strcmp(e, "0") != 0;
+    if (peer_check < 0) {
+        const char *e = getenv("FAKENCCL_PEER_CHECK");
+        peer_check = e && *e && strcmp(e, "0") != 0;
     }
-    if (no_peer_check || c->async == ncclRemoteError) return;
+    if (!peer_check || c->async == ncclRemoteError) return;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     long long ms = (now.tv_sec - c->last_check.tv_sec) * 1000LL + (now.tv_nsec - c->last_check.tv_nsec) / 1000000;
@@ -207,6 +227,38 @@ static void check_peers(comm *c) {
             return;
         }
     }
+}
+
+/* enter and leave bracket a call of communicator c (see the model): an
+ * overlapping call makes the asynchronous error ncclInternalError, and
+ * enter answers 0. leave is called either way. */
+static int enter(comm *c, const char *fn) {
+    if (__atomic_fetch_add(&c->calls, 1, __ATOMIC_ACQ_REL) == 0) {
+        c->in_call = fn;
+        return 1;
+    }
+    set_err("fake NCCL: %s while another call of the same communicator (%s) runs in another thread "
+            "(NCCL's calls of a communicator must not overlap)", fn, c->in_call ? c->in_call : "?");
+    __atomic_store_n(&c->async, ncclInternalError, __ATOMIC_RELEASE);
+    return 0;
+}
+static void leave(comm *c) { __atomic_sub_fetch(&c->calls, 1, __ATOMIC_ACQ_REL); }
+
+/* launched: a nonblocking communicator's call queued work; it is in
+ * progress until ncclCommGetAsyncError has joined the launch. */
+static void launched(comm *c) {
+    c->polls = 0;
+    c->launching = 1;
+    __atomic_store_n(&c->async, ncclInProgress, __ATOMIC_RELEASE);
+}
+
+/* ready: NCCL's check at the start of a call of a nonblocking
+ * communicator: the previous one must have returned ncclSuccess. */
+static ncclResult_t ready(comm *c) {
+    if (c->blocking || __atomic_load_n(&c->async, __ATOMIC_ACQUIRE) != ncclInProgress) return ncclSuccess;
+    set_err("fake NCCL: Attempt to use communicator before the previous operation returned ncclSuccess");
+    __atomic_store_n(&c->async, ncclInvalidArgument, __ATOMIC_RELEASE);
+    return ncclInvalidArgument;
 }
 
 /* broken: the communicator can no longer complete operations. */
@@ -593,6 +645,7 @@ static ncclResult_t flush_group(void) {
     int n = ngparts;
     char *taken = calloc(n ? n : 1, 1);
     part *one = malloc((n ? n : 1) * sizeof *one);
+    int nonblocking_ops = 0;
     for (int i = 0; i < n && !ret; i++) {
         if (taken[i]) continue;
         int k = 0;
@@ -601,11 +654,16 @@ static ncclResult_t flush_group(void) {
         ncclResult_t r = launch(one, k);
         if (r && !ret) ret = r;
     }
+    for (int i = 0; i < n && !ret; i++)
+        if (!gparts[i].c->blocking) {
+            launched(gparts[i].c);
+            nonblocking_ops = 1;
+        }
     free(taken);
     free(one);
     ngparts = 0;
     group_err = ncclSuccess;
-    if (!ret && nonblocking_init) return ncclInProgress;
+    if (!ret && (nonblocking_init || nonblocking_ops)) return ncclInProgress;
     return ret;
 }
 
@@ -618,6 +676,8 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
     return flush_group();
 }
 
+static ncclResult_t enqueue_checked(part p);
+
 static ncclResult_t enqueue(part p) {
     ncclResult_t r = need_driver();
     if (r) return r;
@@ -626,6 +686,16 @@ static ncclResult_t enqueue(part p) {
         set_err("fake NCCL: NULL communicator");
         return ncclInvalidArgument;
     }
+    int ok = enter(c, "a collective or send/receive");
+    if (ok) r = enqueue_checked(p);
+    leave(c);
+    return ok ? r : ncclInternalError;
+}
+
+static ncclResult_t enqueue_checked(part p) {
+    comm *c = p.c;
+    ncclResult_t r;
+    if ((r = ready(c))) return r;
     if (c->aborted) {
         set_err("fake NCCL: communicator aborted");
         return ncclInvalidUsage;
@@ -663,7 +733,10 @@ static ncclResult_t enqueue(part p) {
         gparts[ngparts++] = p;
         return ncclSuccess;
     }
-    return launch(&p, 1);
+    if ((r = launch(&p, 1))) return r;
+    if (c->blocking) return ncclSuccess;
+    launched(c);
+    return ncclInProgress;
 }
 
 #define PART(...) ((part){__VA_ARGS__})
@@ -822,9 +895,19 @@ EXPORT ncclResult_t ncclCommInitAll(comm **comms, int ndev, const int *devlist) 
     return ncclSuccess;
 }
 
+static ncclResult_t split(comm *c, int color, int key, comm **out, void *cfg);
+
 EXPORT ncclResult_t ncclCommSplit(comm *c, int color, int key, comm **out, void *cfg) {
     if (!c || !out) return ncclInvalidArgument;
     *out = NULL;
+    int ok = enter(c, "ncclCommSplit");
+    ncclResult_t r = ok ? ready(c) : ncclInternalError;
+    if (ok && !r) r = split(c, color, key, out, cfg);
+    leave(c);
+    return r;
+}
+
+static ncclResult_t split(comm *c, int color, int key, comm **out, void *cfg) {
     int blocking = c->blocking;
     ncclResult_t r;
     if (cfg && (r = config_blocking(cfg, &blocking))) return r;
@@ -879,7 +962,14 @@ EXPORT ncclResult_t ncclCommSplit(comm *c, int color, int key, comm **out, void 
 
 EXPORT ncclResult_t ncclCommGetAsyncError(comm *c, ncclResult_t *r) {
     if (!c || !r) return ncclInvalidArgument;
+    int ok = enter(c, "ncclCommGetAsyncError");
     if (c->inflight > 0) check_peers(c);
+    if (ok && c->launching && __atomic_load_n(&c->async, __ATOMIC_ACQUIRE) == ncclInProgress && ++c->polls >= 2) {
+        usleep(100); /* joining NCCL's launch thread */
+        c->launching = 0;
+        __atomic_store_n(&c->async, ncclSuccess, __ATOMIC_RELEASE);
+    }
+    leave(c);
     int a = __atomic_load_n(&c->async, __ATOMIC_ACQUIRE);
     if (a == ncclSuccess && c->finalizing && c->inflight > 0) a = ncclInProgress;
     *r = (ncclResult_t)a;
@@ -888,6 +978,10 @@ EXPORT ncclResult_t ncclCommGetAsyncError(comm *c, ncclResult_t *r) {
 
 EXPORT ncclResult_t ncclCommFinalize(comm *c) {
     if (!c) return ncclInvalidArgument;
+    int ok = enter(c, "ncclCommFinalize");
+    ncclResult_t r = ok ? ready(c) : ncclInternalError;
+    leave(c);
+    if (r) return r;
     c->finalizing = 1;
     if (!c->blocking) return c->inflight > 0 ? ncclInProgress : ncclSuccess;
     while (c->inflight > 0 && !broken(c)) {
