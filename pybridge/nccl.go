@@ -358,14 +358,16 @@ var ncclKindNames = [ncclKinds]string{"all_reduce", "broadcast", "reduce", "all_
 type ncclOp struct {
 	comm     *nccl.Comm
 	kind     int
-	dst, src *Tensor
+	dst, src *zerocopy.View
 	op       nccl.Op
 	root     int
 	raw      uintptr
 }
 
-// borrowOp borrows the tensors of an operation (0: none); release with
-// ret.
+// borrowOp takes views of the tensors of an operation (0: none) that are
+// its own, so that a batch launched later is not undone by the handles'
+// close in between (Python drops the tensor it made of a torch tensor when
+// the add returns); release with ret.
 func borrowOp(comm Handle, kind int, dst, src Handle, op, root int, raw uintptr) (*ncclOp, error) {
 	if kind < 0 || kind >= ncclKinds {
 		return nil, Errorf(ValueError, "dlbridge.nccl: operation kind %d: want 0..%d", kind, ncclKinds-1)
@@ -377,44 +379,44 @@ func borrowOp(comm Handle, kind int, dst, src Handle, op, root int, raw uintptr)
 	o := &ncclOp{comm: c, kind: kind, op: nccl.Op(op), root: root, raw: raw}
 	for _, p := range []struct {
 		h Handle
-		t **Tensor
+		v **zerocopy.View
 	}{{dst, &o.dst}, {src, &o.src}} {
 		if p.h == 0 {
 			continue
 		}
-		if *p.t, err = Borrow(p.h); err != nil {
+		t, err := Borrow(p.h)
+		if err != nil {
 			o.ret()
 			return nil, err
+		}
+		*p.v, err = t.View.Retain()
+		t.Return()
+		if err != nil {
+			o.ret()
+			return nil, WithCode(ValueError, err)
 		}
 	}
 	return o, nil
 }
 
 func (o *ncclOp) ret() {
-	for _, t := range []*Tensor{o.dst, o.src} {
-		if t != nil {
-			t.Return()
+	for _, v := range []*zerocopy.View{o.dst, o.src} {
+		if v != nil {
+			v.Close()
 		}
 	}
-}
-
-func view(t *Tensor) *zerocopy.View {
-	if t == nil {
-		return nil
-	}
-	return t.View
 }
 
 // stream is the operation's stream (see the top of this file).
 func (o *ncclOp) stream() (*cuda.Stream, error) {
 	dev := o.comm.Device()
 	raw := o.raw
-	for _, t := range []*Tensor{o.src, o.dst} {
+	for _, v := range []*zerocopy.View{o.src, o.dst} {
 		if raw != 0 {
 			break
 		}
-		if t != nil && t.View.Device() == dlpack.CUDADevice(dev) {
-			raw = t.View.Stream()
+		if v != nil && v.Device() == dlpack.CUDADevice(dev) {
+			raw = v.Stream()
 		}
 	}
 	s, err := zerocopy.StreamOf(dev, raw)
@@ -430,7 +432,7 @@ func (o *ncclOp) add(b *nccl.Batch) error {
 	if err != nil {
 		return err
 	}
-	c, dst, src := o.comm, view(o.dst), view(o.src)
+	c, dst, src := o.comm, o.dst, o.src
 	switch o.kind {
 	case NCCLAllReduce:
 		b.AllReduce(c, dst, src, o.op, s)
@@ -482,7 +484,7 @@ func NCCLAllToAll(comm Handle, dst, src Handle, raw uintptr) error {
 	if err != nil {
 		return err
 	}
-	return ncclDone("all_to_all", o.comm.AllToAll(o.dst.View, o.src.View, s))
+	return ncclDone("all_to_all", o.comm.AllToAll(o.dst, o.src, s))
 }
 
 // ncclBatch is operations gathered for one NCCL group (Python's

@@ -12,6 +12,7 @@ else dlbridge tensors made from NumPy arrays on the (fake) CUDA device.
 Prints "rank R ok" and exits 0, or says what went wrong and exits 1.
 """
 
+import gc
 import os
 import signal
 import sys
@@ -169,10 +170,14 @@ def kill(world, B):
         raise AssertionError("all_reduce with a dead rank: %s: op %r, missing %r; want all_reduce, [%d]"
                              % (err, err.op, err.missing, world.size - 1))
     print("expected failure:", type(err).__name__, err, flush=True)
-    if os.environ.get("FAKENCCL_NO_PEER_CHECK") == "1" and not isinstance(err, (TimeoutError, nccl.NCCLTimeoutError)):
-        raise AssertionError("with no peer check the deadline must end the wait: %r" % err)
-    if took > c.timeout + 5:
-        raise AssertionError("the failure took %.1f s, more than the timeout %.1f s" % (took, c.timeout))
+    # The fake, as NCCL over NVLink once connected, never sees the rank exit:
+    # the control plane ends the wait (nccl.ErrPeerGone), as in the Go ranks.
+    fake = os.environ.get("DLBRIDGE_GPU") != "1" and os.environ.get("FAKENCCL_PEER_CHECK") != "1"
+    if fake and "a rank of the communicator exited" not in str(err):
+        raise AssertionError("NCCL does not see the rank exit: the control plane must end the wait: %r" % err)
+    if took > c.timeout / 2:
+        raise AssertionError("the failure took %.1f s: a rank known gone must end the wait at once, not near "
+                             "the timeout %.1f s" % (took, c.timeout))
     try:
         c.all_reduce(v)
     except nccl.NCCLError:
@@ -252,6 +257,22 @@ def api():
     c.all_reduce(x, "max", stream=s)
     s.synchronize()
     check("all_reduce of one rank", B.host(x), [1.0, 2.0, 3.0])
+
+    class Foreign:  # a producer that is no dlbridge tensor: the group's add imports it for itself
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, **kw):
+            return self.t.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+    with c.group() as g:
+        g.all_reduce(Foreign(x), "sum")
+        gc.collect()  # the add's import is gone before the group launches
+    dlbridge.synchronize(dev)
+    check("a group over an imported tensor", B.host(x), [1.0, 2.0, 3.0])
     assert c.async_error() is None
     c.abort()
     e = expect(nccl.NCCLError, "aborted", c.all_reduce, x)
@@ -329,7 +350,10 @@ def pair():
         import cupy
         from cupy.cuda import nccl as cnccl
         cupy.cuda.Device(rank).use()
-        comm = cnccl.NcclCommunicator(n, tuple(b - 256 if b > 127 else b for b in uid), rank)
+        try:  # CuPy 13 and later take the id as bytes, earlier ones as a tuple of signed chars
+            comm = cnccl.NcclCommunicator(n, uid, rank)
+        except TypeError:
+            comm = cnccl.NcclCommunicator(n, tuple(b - 256 if b > 127 else b for b in uid), rank)
         s = cupy.cuda.Stream(non_blocking=True)
         x = cupy.full(k, rank + 1, dtype=cupy.float32)
         comm.allReduce(x.data.ptr, x.data.ptr, k, cnccl.NCCL_FLOAT32, cnccl.NCCL_SUM, s.ptr)

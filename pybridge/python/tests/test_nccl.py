@@ -149,14 +149,14 @@ def test_every_operation_go_and_python_ranks(go_rank, rank_env, first):
         assert code == 0 and "rank %d ok" % r in text, _report(res)
 
 
-@pytest.mark.parametrize("victim,extra", [("p", None), ("g", None), ("p", {"FAKENCCL_NO_PEER_CHECK": "1"})],
-                         ids=["python-killed", "go-killed", "python-killed-deadline-only"])
+@pytest.mark.parametrize("victim,extra", [("p", None), ("g", None), ("p", {"FAKENCCL_PEER_CHECK": "1"})],
+                         ids=["python-killed", "go-killed", "python-killed-network"])
 def test_killed_rank(go_rank, rank_env, victim, extra):
     n = _size()
     if n < 2:
         pytest.skip("needs 2 devices")
     if extra and GPU:
-        pytest.skip("FAKENCCL_NO_PEER_CHECK is the fake's")
+        pytest.skip("FAKENCCL_PEER_CHECK is the fake's")
     layout = next(lay for lay in _layouts(n) if lay[-1] == victim)
     timeout = "20s" if GPU else "3s"
     start = time.monotonic()
