@@ -195,6 +195,24 @@ func (s *Stream) Flags() (uint32, error) {
 	return f, nil
 }
 
+// ContextHandle is the CUcontext the stream belongs to, as the driver
+// records it (cuStreamGetCtx), not s.Context(): a wrapped handle of another
+// library's stream may belong to another device's context than the one it
+// was wrapped in, which is how a caller's stream is checked against the
+// device of the work. For the NULL and default-stream constants (0, 1, 2)
+// the driver answers with the current context, so ask only of real handles.
+func (s *Stream) ContextHandle() (uintptr, error) {
+	h, ctx, direct, err := s.get("Stream.ContextHandle")
+	if err != nil {
+		return 0, err
+	}
+	c, r := cuStreamGetCtx_auto(ctx, direct, h)
+	if r != Success {
+		return 0, newError("cuStreamGetCtx", r, fmt.Sprintf("stream=%#x", h))
+	}
+	return uintptr(c), nil
+}
+
 // IsCapturing reports whether s is being captured into a CUDA graph
 // (cuStreamIsCapturing: active, or invalidated and not yet ended). A
 // driver without the entry point has no capture: false.
