@@ -26,11 +26,11 @@
 int32_t dlb_abi_version(void);
 int32_t dlb_alloc_export(int32_t ndim, int64_t *shape, uint8_t code, uint8_t bits, uint16_t lanes, int32_t devType, int32_t devID, void **out);
 int32_t dlb_arange(int64_t n, char *dtype, int32_t devType, int32_t devID, uint64_t *out, dlb_info *info);
-int32_t dlb_call(int32_t fn, int32_t nargs, dlb_arg *args, int64_t stream, int32_t streamDev, int32_t nres, dlb_result *res, dlb_info *infos);
+int32_t dlb_call(int32_t fn, int32_t nargs, dlb_arg *args, int32_t given, uint64_t stream, int32_t streamDev, int32_t nres, dlb_result *res, dlb_info *infos);
 int32_t dlb_call_keep(uint64_t token, void *obj);
 int32_t dlb_close(uint64_t h);
-int32_t dlb_copy_from_host(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim, int64_t *shape, int64_t *strides, int64_t stream, int32_t mode);
-int32_t dlb_copy_on(uint64_t dst, uint64_t src, int64_t stream, int32_t nonBlocking);
+int32_t dlb_copy_from_host(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim, int64_t *shape, int64_t *strides, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t exposed);
+int32_t dlb_copy_on(uint64_t dst, uint64_t src, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t nonBlocking, int32_t exposed);
 int32_t dlb_cuda_device_count(void);
 int32_t dlb_debug_spin_write(uint64_t h, uint32_t value, int64_t spinNS);
 int32_t dlb_dtype_name(int32_t code, int32_t bits, int32_t lanes, char *buf, int32_t n);
@@ -89,7 +89,7 @@ int32_t dlb_stream_synchronize(uint64_t h);
 int32_t dlb_stream_wait(uint64_t consumer, int32_t cdev, uint64_t producer, int32_t pdev);
 int32_t dlb_sum(uint64_t h, dlb_scalar *out);
 int32_t dlb_synchronize(int32_t dev);
-int32_t dlb_to_on(uint64_t h, int32_t devType, int32_t devID, int64_t stream, int32_t nonBlocking, uint64_t *out, dlb_info *info);
+int32_t dlb_to_on(uint64_t h, int32_t devType, int32_t devID, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t nonBlocking, uint64_t *out, dlb_info *info);
 int32_t dlb_typestr(int32_t code, int32_t bits, int32_t lanes, int32_t padded, char *buf, int32_t n);
 int64_t dlb_work_stream(int32_t id);
 
@@ -98,11 +98,11 @@ typedef struct {
 	int32_t (*abi_version)(void);
 	int32_t (*alloc_export)(int32_t ndim, int64_t *shape, uint8_t code, uint8_t bits, uint16_t lanes, int32_t devType, int32_t devID, void **out);
 	int32_t (*arange)(int64_t n, char *dtype, int32_t devType, int32_t devID, uint64_t *out, dlb_info *info);
-	int32_t (*call)(int32_t fn, int32_t nargs, dlb_arg *args, int64_t stream, int32_t streamDev, int32_t nres, dlb_result *res, dlb_info *infos);
+	int32_t (*call)(int32_t fn, int32_t nargs, dlb_arg *args, int32_t given, uint64_t stream, int32_t streamDev, int32_t nres, dlb_result *res, dlb_info *infos);
 	int32_t (*call_keep)(uint64_t token, void *obj);
 	int32_t (*close)(uint64_t h);
-	int32_t (*copy_from_host)(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim, int64_t *shape, int64_t *strides, int64_t stream, int32_t mode);
-	int32_t (*copy_on)(uint64_t dst, uint64_t src, int64_t stream, int32_t nonBlocking);
+	int32_t (*copy_from_host)(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bits, uint16_t lanes, int32_t ndim, int64_t *shape, int64_t *strides, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t exposed);
+	int32_t (*copy_on)(uint64_t dst, uint64_t src, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t nonBlocking, int32_t exposed);
 	int32_t (*cuda_device_count)(void);
 	int32_t (*debug_spin_write)(uint64_t h, uint32_t value, int64_t spinNS);
 	int32_t (*dtype_name)(int32_t code, int32_t bits, int32_t lanes, char *buf, int32_t n);
@@ -161,7 +161,7 @@ typedef struct {
 	int32_t (*stream_wait)(uint64_t consumer, int32_t cdev, uint64_t producer, int32_t pdev);
 	int32_t (*sum)(uint64_t h, dlb_scalar *out);
 	int32_t (*synchronize)(int32_t dev);
-	int32_t (*to_on)(uint64_t h, int32_t devType, int32_t devID, int64_t stream, int32_t nonBlocking, uint64_t *out, dlb_info *info);
+	int32_t (*to_on)(uint64_t h, int32_t devType, int32_t devID, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t nonBlocking, uint64_t *out, dlb_info *info);
 	int32_t (*typestr)(int32_t code, int32_t bits, int32_t lanes, int32_t padded, char *buf, int32_t n);
 	int64_t (*work_stream)(int32_t id);
 } dlb_exports;
