@@ -331,16 +331,16 @@ class Tensor(_Base):
         array, may stay in flight too, as PyTorch's does: nothing can tell
         it from a complete one."""
         nb = 1 if non_blocking else 0
-        h, d = (None, -1) if stream is None else stream_facts(stream)  # Go decides what they mean
+        s = None if stream is None else stream_facts(stream)  # Go decides what they mean
         if isinstance(src, Tensor):
-            _core.copy(self, src, h, d, nb)  # it updates self._stream
+            _core.copy(self, src, s, nb)  # it updates self._stream
             return self
         # src is host data: a NumPy array goes through the buffer protocol,
         # anything else through asarray's CPU tensor.
-        if not nb and _core.copy_host(self, src, h, d) is None:
+        if not nb and _core.copy_host(self, src, s) is None:
             return self
         with asarray(src) as t:
-            _core.copy(self, t, h, d, nb)
+            _core.copy(self, t, s, nb)
         return self
 
     def to(self, device, *, non_blocking=False, stream=None, copy=False):
@@ -354,8 +354,8 @@ class Tensor(_Base):
         want = C.device(device)
         if want == self._dev and not copy:
             return self
-        h, d = (None, -1) if stream is None else stream_facts(stream)
-        return _core.to(Tensor, self, want[0], want[1], h, d, 1 if non_blocking else 0)
+        s = None if stream is None else stream_facts(stream)
+        return _core.to(Tensor, self, want[0], want[1], s, 1 if non_blocking else 0)
 
     def cpu(self):
         return self.to("cpu")

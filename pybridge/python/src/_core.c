@@ -1123,37 +1123,36 @@ static int copied_into(CTensor *dst, int may_pend) {
 	return refresh_stream(dst);
 }
 
-// stream_fact reads the stream= facts Python passes: the handle (None:
-// none given) and the device its object names (-1: a bare handle). Go
-// decides what they mean (pybridge.PlanStream).
-static int stream_fact(PyObject *h, PyObject *d, int32_t *has, uint64_t *handle, int32_t *dev) {
-	*has = h != Py_None;
+// stream_fact reads the stream= facts Python passes: None (no stream=),
+// or (handle, device) from _stream.stream_facts, device -1 for a bare
+// handle. Go decides what they mean (pybridge.PlanStream).
+static int stream_fact(PyObject *f, int32_t *has, uint64_t *handle, int32_t *dev) {
+	*has = f != Py_None;
 	*handle = 0;
-	if (*has) {
-		*handle = PyLong_AsUnsignedLongLong(h);
-		if (*handle == (uint64_t)-1 && PyErr_Occurred()) return -1;
-	}
-	long v = PyLong_AsLong(d);
-	if (v == -1 && PyErr_Occurred()) return -1;
-	if (v < -1 || v > INT32_MAX) {
-		PyErr_Format(PyExc_ValueError, "dlbridge: stream device %ld is out of range", v);
+	*dev = -1;
+	if (!*has) return 0;
+	unsigned long long h;
+	int d;
+	if (!PyArg_ParseTuple(f, "Ki", &h, &d)) return -1;
+	if (d < -1) {
+		PyErr_Format(PyExc_ValueError, "dlbridge: stream device %d is out of range", d);
 		return -1;
 	}
-	*dev = (int32_t)v;
+	*handle = h, *dev = d;
 	return 0;
 }
 
-// copy(dst, src, stream, stream_dev, non_blocking) is Tensor.copy_ on
-// tensors (stream: a handle or None; see stream_fact): one Go call without
-// the GIL, then dst's pending stream as Go left it.
+// copy(dst, src, stream, non_blocking) is Tensor.copy_ on tensors (stream:
+// see stream_fact): one Go call without the GIL, then dst's pending stream
+// as Go left it.
 static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 5, 5, "copy") < 0) return NULL;
+	if (need_args(nargs, 4, 4, "copy") < 0) return NULL;
 	CTensor *dst = ctensor_arg(args[0], "copy"), *src = dst ? ctensor_arg(args[1], "copy") : NULL;
 	if (!src) return NULL;
 	int32_t has, dev;
 	uint64_t stream;
-	if (stream_fact(args[2], args[3], &has, &stream, &dev) < 0) return NULL;
-	int nb = PyObject_IsTrue(args[4]);
+	if (stream_fact(args[2], &has, &stream, &dev) < 0) return NULL;
+	int nb = PyObject_IsTrue(args[3]);
 	if (nb < 0) return NULL;
 	int exp = exposed(dst) || exposed(src);
 	NEED_LIBRARY(return NULL);
@@ -1224,7 +1223,7 @@ static int buffer_dtype(const Py_buffer *b, uint8_t *code, uint8_t *bits) {
 	return 1;
 }
 
-// copy_host(dst, src, stream, stream_dev) is a blocking Tensor.copy_ from
+// copy_host(dst, src, stream) is a blocking Tensor.copy_ from
 // a NumPy array: the array's memory is taken through the buffer protocol
 // and copied in one Go call without the GIL, with no DLPack import of the
 // array and no tensor made for it. Into a device tensor nothing outside
@@ -1233,12 +1232,12 @@ static int buffer_dtype(const Py_buffer *b, uint8_t *code, uint8_t *bits) {
 // buffer is not a plain block of a dlbridge dtype: the caller then goes
 // through asarray, which has every error message.
 static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 4, 4, "copy_host") < 0) return NULL;
+	if (need_args(nargs, 3, 3, "copy_host") < 0) return NULL;
 	CTensor *dst = ctensor_arg(args[0], "copy_host");
 	if (!dst) return NULL;
 	int32_t has, dev;
 	uint64_t stream;
-	if (stream_fact(args[2], args[3], &has, &stream, &dev) < 0) return NULL;
+	if (stream_fact(args[2], &has, &stream, &dev) < 0) return NULL;
 	if (!is_ndarray(args[1])) Py_RETURN_NOTIMPLEMENTED;
 	NEED_LIBRARY(return NULL);
 	Py_buffer b;
@@ -1269,19 +1268,19 @@ static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t na
 	Py_RETURN_NONE;
 }
 
-// to(cls, t, dev_type, dev_id, stream, stream_dev, non_blocking) is
-// Tensor.to's copy (stream: see stream_fact): a new cls instance from one
-// Go call without the GIL.
+// to(cls, t, dev_type, dev_id, stream, non_blocking) is Tensor.to's copy
+// (stream: see stream_fact): a new cls instance from one Go call without
+// the GIL.
 static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 7, 7, "to") < 0) return NULL;
+	if (need_args(nargs, 6, 6, "to") < 0) return NULL;
 	CTensor *t = ctensor_arg(args[1], "to");
 	if (!t) return NULL;
 	long dt = PyLong_AsLong(args[2]), di = PyLong_AsLong(args[3]);
 	if (PyErr_Occurred()) return NULL;
 	int32_t has, sdev;
 	uint64_t stream;
-	if (stream_fact(args[4], args[5], &has, &stream, &sdev) < 0) return NULL;
-	int nb = PyObject_IsTrue(args[6]);
+	if (stream_fact(args[4], &has, &stream, &sdev) < 0) return NULL;
+	int nb = PyObject_IsTrue(args[5]);
 	if (nb < 0) return NULL;
 	NEED_LIBRARY(return NULL);
 	uint64_t h, e = epoch_now();
