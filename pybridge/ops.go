@@ -80,8 +80,8 @@ func Fill(t *Tensor, x zerocopy.Value) error {
 	if err := usable(v); err != nil {
 		return err
 	}
-	p, err := PlanStream(&StreamAsk{Entry: EntryOp, Op: "fill_", Devices: [2]dlpack.Device{v.Device()}})
-	if err != nil {
+	var p StreamPlan
+	if err := PlanStream(&StreamAsk{Entry: EntryOp, Op: "fill_", Devices: [2]dlpack.Device{v.Device()}}, &p); err != nil {
 		return err
 	}
 	if err := zerocopy.Fill(v, x, p.Stream); err != nil {
@@ -99,8 +99,8 @@ func Sum(t *Tensor) (zerocopy.Value, error) {
 	if err := usable(v); err != nil {
 		return zerocopy.Value{}, err
 	}
-	p, err := PlanStream(&StreamAsk{Entry: EntryOp, Op: "sum", Devices: [2]dlpack.Device{v.Device()}})
-	if err != nil {
+	var p StreamPlan
+	if err := PlanStream(&StreamAsk{Entry: EntryOp, Op: "sum", Devices: [2]dlpack.Device{v.Device()}}, &p); err != nil {
 		return zerocopy.Value{}, err
 	}
 	x, err := zerocopy.Sum(v, p.Stream)
@@ -126,8 +126,10 @@ type CopyOptions struct {
 
 // planCopy is PlanStream for a copy from sd to dd.
 func planCopy(op string, dd, sd dlpack.Device, opts CopyOptions) (StreamPlan, error) {
-	return PlanStream(&StreamAsk{Entry: EntryCopy, Op: op, Given: opts.Stream, Devices: [2]dlpack.Device{dd, sd},
-		NonBlocking: opts.NonBlocking, Private: opts.Private})
+	var p StreamPlan
+	err := PlanStream(&StreamAsk{Entry: EntryCopy, Op: op, Given: opts.Stream, Devices: [2]dlpack.Device{dd, sd},
+		NonBlocking: opts.NonBlocking, Private: opts.Private}, &p)
+	return p, err
 }
 
 // CopyInto copies src's elements into dst (same shape; dtypes may differ:

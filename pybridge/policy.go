@@ -104,17 +104,27 @@ type StreamPlan struct {
 	InFlight bool
 }
 
-// PlanStream decides where the operation a describes runs; see the rules
-// at the top of this file.
-func PlanStream(a *StreamAsk) (StreamPlan, error) {
-	plan := StreamPlan{Device: -1}
+// PlanStream decides where the operation a describes runs, in *p; see
+// the rules at the top of this file.
+func PlanStream(a *StreamAsk, p *StreamPlan) error {
+	if a.Given.Given || a.Entry == EntryImport || a.Devices[0].Type == dlpack.CUDA || a.Devices[1].Type == dlpack.CUDA {
+		return planStream(a, p)
+	}
+	// Nothing on a device and no stream given: host work, no stream (the
+	// common case of a call over NumPy arrays: a few nanoseconds).
+	*p = StreamPlan{Device: -1}
+	return nil
+}
+
+func planStream(a *StreamAsk, plan *StreamPlan) error {
+	*plan = StreamPlan{Device: -1}
 	if a.Entry == EntryImport {
 		// Nothing runs: the write stays pending where the producer queued it.
 		plan.Handle = a.Current
 		if plan.Handle == 0 {
 			plan.Handle = uintptr(StreamLegacy)
 		}
-		return plan, nil
+		return nil
 	}
 	var cudaDevs [2]int32
 	n := 0
@@ -123,7 +133,7 @@ func PlanStream(a *StreamAsk) (StreamPlan, error) {
 			continue
 		}
 		if !CUDAAvailable() {
-			return plan, noGPU(d)
+			return noGPU(d)
 		}
 		if n == 0 || cudaDevs[0] != d.ID {
 			cudaDevs[n] = d.ID
@@ -141,54 +151,54 @@ func PlanStream(a *StreamAsk) (StreamPlan, error) {
 		}
 		dev, err := givenDevice(a.Given, h, n, run)
 		if err != nil {
-			return plan, err
+			return err
 		}
 		switch {
 		case dev >= 0 && n > 0 && dev != cudaDevs[0] && (n == 1 || dev != cudaDevs[1]):
-			return plan, wrongStreamDevice(a, dev, cudaDevs[:n])
+			return wrongStreamDevice(a, dev, cudaDevs[:n])
 		case dev >= 0:
 			run = dev // a copy between two devices runs on either's stream
 		case run < 0:
 			if a.Entry == EntryCall {
 				// A stream without a device: no CUDA work for it to order.
-				return plan, nil
+				return nil
 			}
 			run = 0 // host-only work on a given stream (of cuda:0, as a handle says nothing)
 		}
 		plan.Handle, plan.Device = h, run
 		if a.Entry == EntryCall {
-			return plan, nil
+			return nil
 		}
 		s, err := zerocopy.StreamOf(int(run), h)
 		if err != nil {
-			return plan, engineErr(err)
+			return engineErr(err)
 		}
 		plan.Stream = s
 		plan.InFlight = a.NonBlocking || a.Private && a.Entry == EntryCopy
-		return plan, nil
+		return nil
 	}
 	if run < 0 {
-		return plan, nil // zerocopy picks the work stream of the device involved
+		return nil // zerocopy picks the work stream of the device involved
 	}
 	if a.Entry == EntryCall && a.Current != 0 {
 		plan.Handle, plan.Device = a.Current, run
-		return plan, nil
+		return nil
 	}
 	s, err := zerocopy.WorkStream(int(run))
 	if err != nil {
-		return plan, engineErr(err)
+		return engineErr(err)
 	}
 	plan.Handle, plan.Device = s.Handle(), run
 	if a.Entry == EntryCall {
-		return plan, nil
+		return nil
 	}
 	plan.Stream = s
 	plan.InFlight = a.NonBlocking || a.Private && a.Entry == EntryCopy
 	if a.Private && isCUDA(a.Devices[0]) && isCUDA(a.Devices[1]) {
-		return plan, nil
+		return nil
 	}
 	if err := orderAfterLegacy(s, s.Context().LegacyStream()); err != nil {
-		return plan, err
+		return err
 	}
 	// PyTorch and CuPy write the source on its own device's legacy stream
 	// (pytest on two H200s: a copy from cuda:1 ordered after cuda:0's alone
@@ -196,13 +206,13 @@ func PlanStream(a *StreamAsk) (StreamPlan, error) {
 	if n == 2 {
 		legacy, err := zerocopy.StreamOf(int(cudaDevs[1]), uintptr(StreamLegacy))
 		if err != nil {
-			return plan, engineErr(err)
+			return engineErr(err)
 		}
 		if err := orderAfterLegacy(s, legacy); err != nil {
-			return plan, err
+			return err
 		}
 	}
-	return plan, nil
+	return nil
 }
 
 // givenDevice is the CUDA device of a given stream: the one its object

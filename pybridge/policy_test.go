@@ -58,7 +58,8 @@ func TestPlanStream(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := PlanStream(&c.ask)
+			var p StreamPlan
+			err := PlanStream(&c.ask, &p)
 			if c.wantErr != "" {
 				if err == nil || err.Error() != c.wantErr || CodeOf(err) != ValueError {
 					t.Fatalf("PlanStream: %v (%v); want ValueError %q", err, CodeOf(err), c.wantErr)

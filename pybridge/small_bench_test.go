@@ -46,8 +46,8 @@ func BenchmarkSmallCopy(b *testing.B) {
 		{"to/h2d", func(b *testing.B) { to(b, h, cu) }},
 		{"to/d2h", func(b *testing.B) { to(b, g, dlpack.CPUDevice) }},
 		{"PlanStream", func(b *testing.B) {
-			_, err := PlanStream(&StreamAsk{Entry: EntryOp, Devices: [2]dlpack.Device{cu}})
-			must(b, err)
+			var p StreamPlan
+			must(b, PlanStream(&StreamAsk{Entry: EntryOp, Devices: [2]dlpack.Device{cu}}, &p))
 		}},
 		{"alloc-free/cuda", func(b *testing.B) {
 			s, err := zerocopy.WorkStream(0)

@@ -277,6 +277,7 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, given C.int32_t, strea
 	a.Tensors, a.Values = sc.tensors[:n], sc.values[:n]
 	side := sc.side[:n]
 	defer sc.release(cargs)
+	cudaAt := -1 // the index of the call's device's tensor
 	for i := range cargs {
 		ca := &cargs[i]
 		ca.kept = 0
@@ -287,6 +288,9 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, given C.int32_t, strea
 				return err
 			}
 			a.Tensors[i] = v
+			if d := v.Device(); d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged {
+				cudaAt = i // the last CUDA tensor names the device, as pyfunc's check does
+			}
 			continue
 		}
 		v := &a.Values[i] // set field by field: see tensorArg on composite literals
@@ -312,16 +316,11 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, given C.int32_t, strea
 	} else {
 		ask.Current = uintptr(stream)
 	}
-	for i, v := range a.Tensors { // the last CUDA tensor names the device, as pyfunc's check does
-		if v == nil {
-			continue
-		}
-		if d := v.Device(); d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged {
-			ask.Devices[0], ask.DevFrom = dlpack.CUDADevice(int(d.ID)), f.Params[i].Name
-		}
+	if cudaAt >= 0 {
+		ask.Devices[0], ask.DevFrom = dlpack.CUDADevice(int(a.Tensors[cudaAt].Device().ID)), f.Params[cudaAt].Name
 	}
-	plan, err := pybridge.PlanStream(&ask)
-	if err != nil {
+	var plan pybridge.StreamPlan
+	if err := pybridge.PlanStream(&ask, &plan); err != nil {
 		return err
 	}
 	a.Stream, a.StreamDevice = plan.Handle, int(plan.Device)

@@ -232,9 +232,16 @@ func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, in
 //export dlb_import_on
 func dlb_import_on(mt unsafe.Pointer, versioned, gil C.int32_t, stream C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		// An import plan queues nothing and has no error to report.
-		p, _ := pybridge.PlanStream(&pybridge.StreamAsk{Entry: pybridge.EntryImport, Current: uintptr(stream)})
-		return publishTo(out, info)(pybridge.ImportOn(mt, versioned != 0, gil != 0, p.Handle))
+		var p pybridge.StreamPlan
+		err := pybridge.PlanStream(&pybridge.StreamAsk{Entry: pybridge.EntryImport, Current: uintptr(stream)}, &p)
+		v, ierr := pybridge.ImportOn(mt, versioned != 0, gil != 0, p.Handle) // takes mt either way
+		if err != nil {
+			if ierr == nil {
+				v.Close()
+			}
+			return err
+		}
+		return publishTo(out, info)(v, ierr)
 	})
 }
 
