@@ -34,6 +34,8 @@ import (
 //     between device memory only dlbridge can reach (Private) skips that
 //     order; host memory it reads may still be the target of a copy
 //     queued there, so a copy from the host keeps it.
+//   - an IPC send without stream= hands the tensor over after its pending
+//     write; with one, after the work queued on it.
 //   - an import from a producer that named its current stream leaves the
 //     write pending there (0, its NULL stream, is the legacy default
 //     stream); nothing waits at import.
@@ -63,6 +65,10 @@ const (
 	// EntryCall is a call of a Go function: Devices[0] is the device of
 	// its CUDA tensors (a zero Device when it has none), named by DevFrom.
 	EntryCall
+	// EntrySend is an IPC send of a tensor of the pool on Devices[0]: the
+	// peer's use waits for the work queued on the given stream, or without
+	// one for the tensor's pending write (no stream).
+	EntrySend
 	// EntryImport is from_dlpack of a producer that ordered its writes
 	// before its own current stream (Current) rather than ours: the
 	// imported tensor's write is pending there.
@@ -177,8 +183,8 @@ func planStream(a *StreamAsk, plan *StreamPlan) error {
 		plan.InFlight = a.NonBlocking || a.Private && a.Entry == EntryCopy
 		return nil
 	}
-	if run < 0 {
-		return nil // zerocopy picks the work stream of the device involved
+	if run < 0 || a.Entry == EntrySend {
+		return nil // zerocopy picks the work stream of the device involved; a send orders after the pending write
 	}
 	if a.Entry == EntryCall && a.Current != 0 {
 		plan.Handle, plan.Device = a.Current, run

@@ -69,7 +69,7 @@ int32_t dlb_ipc_pool_set_timeout(uint64_t pool, int64_t ms);
 int32_t dlb_ipc_pool_trim(uint64_t pool);
 int32_t dlb_ipc_pool_usage(uint64_t pool, int64_t *out);
 int32_t dlb_ipc_recv(uint64_t conn, uint64_t *out, dlb_info *info);
-int32_t dlb_ipc_send(uint64_t conn, uint64_t pool, uint64_t h, int64_t stream);
+int32_t dlb_ipc_send(uint64_t conn, uint64_t pool, uint64_t h, int32_t hasStream, uint64_t stream, int32_t streamDev);
 int32_t dlb_ipc_serve(char *path, uint64_t *out);
 int32_t dlb_ipc_set_timeout(uint64_t conn, int64_t answerMS, int64_t recvMS);
 int32_t dlb_is_pinned(uint64_t h, int32_t *out);
@@ -141,7 +141,7 @@ typedef struct {
 	int32_t (*ipc_pool_trim)(uint64_t pool);
 	int32_t (*ipc_pool_usage)(uint64_t pool, int64_t *out);
 	int32_t (*ipc_recv)(uint64_t conn, uint64_t *out, dlb_info *info);
-	int32_t (*ipc_send)(uint64_t conn, uint64_t pool, uint64_t h, int64_t stream);
+	int32_t (*ipc_send)(uint64_t conn, uint64_t pool, uint64_t h, int32_t hasStream, uint64_t stream, int32_t streamDev);
 	int32_t (*ipc_serve)(char *path, uint64_t *out);
 	int32_t (*ipc_set_timeout)(uint64_t conn, int64_t answerMS, int64_t recvMS);
 	int32_t (*is_pinned)(uint64_t h, int32_t *out);
