@@ -254,6 +254,10 @@ func wrongStreamDevice(a *StreamAsk, dev int32, devs []int32) error {
 	if len(names) == 2 && devs[0] > devs[1] {
 		names[0], names[1] = names[1], names[0]
 	}
-	return Errorf(ValueError, "dlbridge: stream= is a stream of cuda:%d, but this %s runs on %s: pass a stream of %s (or None for dlbridge's own)",
-		dev, a.Op, strings.Join(names, " and "), strings.Join(names, " or "))
+	none := "None for dlbridge's own"
+	if a.Entry == EntrySend {
+		none = "None to send after the tensor's pending write"
+	}
+	return Errorf(ValueError, "dlbridge: stream= is a stream of cuda:%d, but this %s runs on %s: pass a stream of %s (or %s)",
+		dev, a.Op, strings.Join(names, " and "), strings.Join(names, " or "), none)
 }

@@ -53,6 +53,9 @@ func TestPlanStream(t *testing.T) {
 			"t.axpy: stream= is a stream of cuda:1, but argument x is on cuda:0: pass a stream of cuda:0 (or none for the tensors' current stream)"},
 		{"call, a stream object of another device", StreamAsk{Entry: EntryCall, Op: "t.axpy", DevFrom: "x", Given: given(s0.Handle(), 3), Devices: [2]dlpack.Device{cu0}}, 0, 0, false,
 			"t.axpy: stream= is a stream of cuda:3, but argument x is on cuda:0: pass a stream of cuda:0 (or none for the tensors' current stream)"},
+		{"send, none given: after the pending write", StreamAsk{Entry: EntrySend, Op: "send", Devices: [2]dlpack.Device{cu0}}, 0, -1, false, ""},
+		{"send, a bare handle of another device", StreamAsk{Entry: EntrySend, Op: "send", Given: given(s1.Handle(), -1), Devices: [2]dlpack.Device{cu0}}, 0, 0, false,
+			"dlbridge: stream= is a stream of cuda:1, but this send runs on cuda:0: pass a stream of cuda:0 (or None to send after the tensor's pending write)"},
 		{"import: the producer's stream", StreamAsk{Entry: EntryImport, Current: s0.Handle()}, s0.Handle(), -1, false, ""},
 		{"import: the producer's NULL stream is the legacy stream", StreamAsk{Entry: EntryImport}, 1, -1, false, ""},
 	}
