@@ -485,3 +485,30 @@ func TestStreamIsCapturing(t *testing.T) {
 	}
 	must(t, s.Synchronize())
 }
+
+// TestStreamOwnDevice: a stream handle wrapped in another device's context
+// still reports the device it was made on, which is how a caller's bare
+// handle is checked against the device of the work.
+func TestStreamOwnDevice(t *testing.T) {
+	needFake(t)
+	c0, c1 := retain(t, 0), retain(t, 1)
+	s1, err := c1.NewStream(0, 0)
+	must(t, err)
+	defer s1.Destroy()
+	for _, c := range []struct {
+		name string
+		s    *Stream
+		want int
+	}{
+		{"own context", s1, 1},
+		{"wrapped in cuda:0", c0.WrapStream(s1.Handle()), 1},
+	} {
+		d, err := c.s.OwnDevice()
+		if err != nil || d.Ordinal() != c.want {
+			t.Errorf("%s: OwnDevice = %v, %v; want cuda:%d", c.name, d, err, c.want)
+		}
+	}
+	if _, err := c0.WrapStream(0xdead0).OwnDevice(); err == nil {
+		t.Errorf("OwnDevice of an unknown handle: no error")
+	}
+}

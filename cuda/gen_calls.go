@@ -122,6 +122,7 @@ var table = []entry{
 	{name: "cuStreamWaitEvent", args: "stream:h event:h flags:u"},
 	{name: "cuStreamGetPriority", args: "stream:h priority:p"},
 	{name: "cuStreamGetFlags", args: "stream:h flags:p"},
+	{name: "cuStreamGetCtx", args: "stream:h pctx:o"},
 	{name: "cuStreamIsCapturing", args: "stream:h status:w"},
 
 	{name: "cuEventCreate", args: "pevent:p flags:u"},

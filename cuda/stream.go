@@ -195,6 +195,45 @@ func (s *Stream) Flags() (uint32, error) {
 	return f, nil
 }
 
+// OwnDevice is the device of the context the stream belongs to, as the
+// driver records it (cuStreamGetCtx, then cuCtxGetDevice with that
+// context current), not s.Context()'s: a wrapped handle of another
+// library's stream may belong to another device than the context it was
+// wrapped in, and that is how a caller's bare stream handle is checked
+// against the device of the work before anything is queued on it. No
+// context is retained. For the NULL and default-stream constants (0, 1,
+// 2) the driver answers with the current context: ask only of real handles.
+func (s *Stream) OwnDevice() (Device, error) {
+	h, ctx, direct, err := s.get("Stream.OwnDevice")
+	if err != nil {
+		return Device{}, err
+	}
+	c, r := cuStreamGetCtx_auto(ctx, direct, h)
+	if r != Success {
+		return Device{}, newError("cuStreamGetCtx", r, fmt.Sprintf("stream=%#x", h))
+	}
+	d, r := cuCtxGetDevice_ctx(uintptr(c))
+	if r != Success {
+		return Device{}, newError("cuCtxGetDevice", r, fmt.Sprintf("context=%#x of stream=%#x", c, h))
+	}
+	// A CUdevice is its ordinal on every driver so far; look it up rather
+	// than assume it, that guess first.
+	n, err := DeviceCount()
+	if err != nil {
+		return Device{}, err
+	}
+	for i := -1; i < n; i++ {
+		o := i
+		if i < 0 {
+			o = int(int32(d))
+		}
+		if dev, err := GetDevice(o); err == nil && dev.handle == int32(d) {
+			return dev, nil
+		}
+	}
+	return Device{}, invalid(ErrInvalidDevice, "Stream.OwnDevice", "stream %#x belongs to CUdevice %d, which no ordinal names", h, int32(d))
+}
+
 // IsCapturing reports whether s is being captured into a CUDA graph
 // (cuStreamIsCapturing: active, or invalidated and not yet ended). A
 // driver without the entry point has no capture: false.

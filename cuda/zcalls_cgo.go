@@ -1426,6 +1426,30 @@ static int dlb_cuStreamGetFlags_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, 
 	return dlb_cuStreamGetFlags_ctx(gc, sc, ctx, fn, stream, flags);
 }
 
+static dlb_ret dlb_cuStreamGetCtx(uintptr_t fn, uintptr_t stream) {
+	dlb_ret res = {0, 0, 0};
+	unsigned long long o0 = 0;
+	res.r = ((int (*)(void*, unsigned long long*))fn)((void*)stream, &o0);
+	res.o0 = o0;
+	return res;
+}
+static dlb_ret dlb_cuStreamGetCtx_ctx(uintptr_t gc, uintptr_t sc, uintptr_t ctx, uintptr_t fn, uintptr_t stream) {
+	void* prev;
+	dlb_ret res = {0, 0, 0};
+	res.r = dlb_enter(gc, sc, ctx, &prev);
+	if (res.r != 0) return res;
+	res = dlb_cuStreamGetCtx(fn, stream);
+	dlb_leave(sc, prev);
+	return res;
+}
+static dlb_ret dlb_cuStreamGetCtx_auto(uintptr_t gc, uintptr_t sc, uintptr_t ctx, int direct, uintptr_t fn, uintptr_t stream) {
+	if (direct) {
+		dlb_ret res = dlb_cuStreamGetCtx(fn, stream);
+		if (!dlb_wrong_context(gc, ctx, res.r)) return res;
+	}
+	return dlb_cuStreamGetCtx_ctx(gc, sc, ctx, fn, stream);
+}
+
 static dlb_ret dlb_cuStreamIsCapturing(uintptr_t fn, uintptr_t stream) {
 	dlb_ret res = {0, 0, 0};
 	unsigned int o0 = 0;
@@ -3444,6 +3468,33 @@ func cuStreamGetFlags_auto(ctx uintptr, direct bool, stream uintptr, flags unsaf
 		return resultNoSymbol
 	}
 	return Result(C.dlb_cuStreamGetFlags_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(stream), flags))
+}
+
+func cuStreamGetCtx(stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuStreamGetCtx]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuStreamGetCtx(C.uintptr_t(fn), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuStreamGetCtx_ctx(ctx uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuStreamGetCtx]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuStreamGetCtx_ctx(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), C.uintptr_t(fn), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
+}
+
+func cuStreamGetCtx_auto(ctx uintptr, direct bool, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuStreamGetCtx]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	res := C.dlb_cuStreamGetCtx_auto(C.uintptr_t(fns[sym_cuCtxGetCurrent]), C.uintptr_t(fns[sym_cuCtxSetCurrent]), C.uintptr_t(ctx), cbool(direct), C.uintptr_t(fn), C.uintptr_t(stream))
+	return uint64(res.o0), Result(res.r)
 }
 
 func cuStreamIsCapturing(stream uintptr) (uint64, Result) {

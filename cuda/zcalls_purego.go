@@ -2383,6 +2383,42 @@ func cuStreamGetFlags_auto(ctx uintptr, direct bool, stream uintptr, flags unsaf
 	return cuStreamGetFlags_ctx(ctx, stream, flags)
 }
 
+func cuStreamGetCtx(stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuStreamGetCtx]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	r, _, _ := purego.SyscallN(fn, uintptr(stream), uintptr(unsafe.Pointer(&o0)))
+	return o0, Result(int32(r))
+}
+
+func cuStreamGetCtx_ctx(ctx uintptr, stream uintptr) (uint64, Result) {
+	fn := fns[sym_cuStreamGetCtx]
+	if fn == 0 {
+		return 0, resultNoSymbol
+	}
+	var o0 uint64
+	runtime.LockOSThread()
+	prev, r := enterCtx(ctx)
+	if r == Success {
+		r0, _, _ := purego.SyscallN(fn, uintptr(stream), uintptr(unsafe.Pointer(&o0)))
+		r = Result(int32(r0))
+		leaveCtx(prev)
+	}
+	runtime.UnlockOSThread()
+	return o0, r
+}
+
+func cuStreamGetCtx_auto(ctx uintptr, direct bool, stream uintptr) (uint64, Result) {
+	if direct {
+		if o0, r := cuStreamGetCtx(stream); !wrongContext(ctx, r) {
+			return o0, r
+		}
+	}
+	return cuStreamGetCtx_ctx(ctx, stream)
+}
+
 func cuStreamIsCapturing(stream uintptr) (uint64, Result) {
 	fn := fns[sym_cuStreamIsCapturing]
 	if fn == 0 {

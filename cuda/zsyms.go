@@ -73,6 +73,7 @@ const (
 	sym_cuStreamWaitEvent
 	sym_cuStreamGetPriority
 	sym_cuStreamGetFlags
+	sym_cuStreamGetCtx
 	sym_cuStreamIsCapturing
 	sym_cuEventCreate
 	sym_cuEventDestroy_v2
@@ -163,6 +164,7 @@ var symNames = [numSyms][]string{
 	sym_cuStreamWaitEvent:                  {"cuStreamWaitEvent"},
 	sym_cuStreamGetPriority:                {"cuStreamGetPriority"},
 	sym_cuStreamGetFlags:                   {"cuStreamGetFlags"},
+	sym_cuStreamGetCtx:                     {"cuStreamGetCtx"},
 	sym_cuStreamIsCapturing:                {"cuStreamIsCapturing"},
 	sym_cuEventCreate:                      {"cuEventCreate"},
 	sym_cuEventDestroy_v2:                  {"cuEventDestroy_v2"},

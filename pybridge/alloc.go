@@ -221,9 +221,9 @@ func PinMemory(t *Tensor) (*zerocopy.View, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := copyStream(out.Device(), v.Device(), CopyOptions{})
+	p, err := planCopy("copy", out.Device(), v.Device(), CopyOptions{})
 	if err == nil {
-		err = copyComplete(out, v, s, false)
+		err = copyComplete(out, v, p.Stream, false)
 	}
 	if err != nil {
 		out.Close()

@@ -217,7 +217,7 @@ func TestNonBlockingCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	resetLog(t)
-	if err := CopyInto(tensorOf(dst), tensorOf(src), CopyOptions{Stream: side.Handle(), NonBlocking: true}); err != nil {
+	if err := CopyInto(tensorOf(dst), tensorOf(src), CopyOptions{Stream: StreamArg{Given: true, Handle: side.Handle(), Device: -1}, NonBlocking: true}); err != nil {
 		t.Fatal(err)
 	}
 	if dst.Stream() != side.Handle() {
@@ -250,7 +250,7 @@ func TestNonBlockingCopy(t *testing.T) {
 	if got := readOn(t, w, v); got[1023] != 1023 {
 		t.Fatalf("read %v", got[1020:])
 	}
-	if err := CopyInto(tensorOf(dst), tensorOf(src), CopyOptions{Stream: side.Handle()}); err != nil {
+	if err := CopyInto(tensorOf(dst), tensorOf(src), CopyOptions{Stream: StreamArg{Given: true, Handle: side.Handle(), Device: -1}}); err != nil {
 		t.Fatal(err)
 	}
 	if dst.Stream() != 0 {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/dlbridge/dlbridge/cuda"
 	"github.com/dlbridge/dlbridge/dlpack"
 	"github.com/dlbridge/dlbridge/zerocopy"
 	"github.com/dlbridge/dlbridge/zerocopy/ipc"
@@ -247,9 +246,9 @@ func IPCClaim(h Handle, token uint64) (*zerocopy.View, error) {
 }
 
 // IPCSend sends a tensor of the pool (0: the pool that holds it) over a
-// connection, after the work
-// queued on stream (0: the tensor's pending stream).
-func IPCSend(h, pool Handle, t *Tensor, stream uintptr) error {
+// connection, after the work queued on stream (not given: the tensor's
+// pending write; PlanStream decides).
+func IPCSend(h, pool Handle, t *Tensor, stream StreamArg) error {
 	c, err := ipcGet[*ipc.Conn](h, "connection")
 	if err != nil {
 		return err
@@ -258,16 +257,11 @@ func IPCSend(h, pool Handle, t *Tensor, stream uintptr) error {
 	if err != nil {
 		return err
 	}
-	var s *cuda.Stream
-	if stream != 0 {
-		ctx, err := cuda.Retain(p.Device())
-		if err != nil {
-			return engineErr(err)
-		}
-		defer ctx.Release()
-		s = ctx.WrapStream(stream)
+	var plan StreamPlan
+	if err := PlanStream(&StreamAsk{Entry: EntrySend, Op: "send", Given: stream, Devices: [2]dlpack.Device{dlpack.CUDADevice(p.Device())}}, &plan); err != nil {
+		return err
 	}
-	return ipcErr(c.Send(p, t.View, s))
+	return ipcErr(c.Send(p, t.View, plan.Stream))
 }
 
 // ErrIPCTimeout prefixes the errors of waits on a peer past their deadline.

@@ -9,16 +9,13 @@ import (
 )
 
 // The operations on memory Python asks for. Each is a zerocopy call; this
-// file only picks devices and streams and maps errors to Python's.
+// file only picks devices and maps errors to Python's; PlanStream
+// (policy.go) picks the stream.
 //
-// Streams: a stream argument is a CUstream handle (1 and 2 the default
-// streams), 0 for the device's work stream. Writes into existing memory
-// (copy_, fill_) are complete when they return unless nonBlocking is set:
-// the memory may be read by others through handles of their own that no
-// stream orders. (The C API sets nonBlocking for a copy_ into a device
-// tensor that nobody outside dlbridge can reach, from another such tensor
-// or from host memory: capi's dlb_copy_on and dlb_copy_from_host.) New
-// tensors (to, clone, empty, zeros, arange) may still be in flight on the
+// Writes into existing memory (copy_, fill_) are complete when they return
+// unless PlanStream lets them stay in flight (non_blocking, or memory only
+// dlbridge can reach): the memory may be read by others through handles of
+// their own that no stream orders. New tensors (to, clone, empty, zeros, arange) may still be in flight on the
 // stream: every reader through dlbridge, and every consumer through
 // DLPack's or CAI's stream, is ordered after them. Host memory that
 // receives data always holds it on return (host readers have no stream),
@@ -47,37 +44,6 @@ func usable(v *zerocopy.View) error {
 		return noGPU(d)
 	}
 	return nil
-}
-
-// streamFor is the stream to run on for device d: handle h of d (of device
-// 0 for host-only work), or for h == 0 d's work stream, ordered first after
-// the work queued so far on d's legacy default stream. That stream is where
-// PyTorch and CuPy run by default: what they wrote there through handles of
-// their own, into memory dlbridge also holds, is then seen by dlbridge's
-// work (as before the work stream became a non-blocking stream of its own,
-// which keeps the default stream from waiting for dlbridge).
-func streamFor(d dlpack.Device, h uintptr) (*cuda.Stream, error) { return streamAfter(d, h, true) }
-
-// streamAfter is streamFor; with afterLegacy false the work stream is not
-// ordered after the legacy default stream, for memory no other library can
-// reach (CopyOptions.Private).
-func streamAfter(d dlpack.Device, h uintptr, afterLegacy bool) (*cuda.Stream, error) {
-	if !isCUDA(d) {
-		if h == 0 {
-			return nil, nil // zerocopy picks the work stream of the device involved
-		}
-		d = dlpack.CUDADevice(0)
-	}
-	s, err := zerocopy.StreamOf(int(d.ID), h)
-	if err != nil {
-		return nil, engineErr(err)
-	}
-	if h == 0 && afterLegacy {
-		if err := orderAfterLegacy(s, s.Context().LegacyStream()); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
 }
 
 // orderAfterLegacy orders s after the work queued so far on legacy, a
@@ -114,11 +80,11 @@ func Fill(t *Tensor, x zerocopy.Value) error {
 	if err := usable(v); err != nil {
 		return err
 	}
-	st, err := streamFor(v.Device(), 0)
-	if err != nil {
+	var p StreamPlan
+	if err := PlanStream(&StreamAsk{Entry: EntryOp, Op: "fill_", Devices: [2]dlpack.Device{v.Device()}}, &p); err != nil {
 		return err
 	}
-	if err := zerocopy.Fill(v, x, st); err != nil {
+	if err := zerocopy.Fill(v, x, p.Stream); err != nil {
 		return engineErr(err)
 	}
 	return complete(v, false)
@@ -133,27 +99,37 @@ func Sum(t *Tensor) (zerocopy.Value, error) {
 	if err := usable(v); err != nil {
 		return zerocopy.Value{}, err
 	}
-	st, err := streamFor(v.Device(), 0)
-	if err != nil {
+	var p StreamPlan
+	if err := PlanStream(&StreamAsk{Entry: EntryOp, Op: "sum", Devices: [2]dlpack.Device{v.Device()}}, &p); err != nil {
 		return zerocopy.Value{}, err
 	}
-	x, err := zerocopy.Sum(v, st)
+	x, err := zerocopy.Sum(v, p.Stream)
 	if err != nil {
 		return zerocopy.Value{}, engineErr(err)
 	}
 	return x, nil
 }
 
-// CopyOptions are copy_'s and to's stream arguments.
+// CopyOptions are what the caller of copy_ and to gave and knows, for
+// PlanStream.
 type CopyOptions struct {
-	Stream      uintptr // 0: the work stream of the device involved
+	Stream      StreamArg
 	NonBlocking bool
-	// Private: the memory of both tensors is reachable only through
+	// Private: the memory of the tensors is reachable only through
 	// dlbridge (capi's alone: allocated here, its address never given
-	// out), so no other library's work on the legacy default stream can
-	// touch it, and the work stream is not ordered after that stream (one
-	// query of it, 0.9-1.8 us on the H100, per copy).
+	// out), so no other library's work can touch it: a blocking copy may
+	// stay in flight, and one between such device tensors is not ordered
+	// after the legacy default stream (one query of it, 0.9-1.8 us on the
+	// H100, per copy).
 	Private bool
+}
+
+// planCopy is PlanStream for a copy from sd to dd.
+func planCopy(op string, dd, sd dlpack.Device, opts CopyOptions) (StreamPlan, error) {
+	var p StreamPlan
+	err := PlanStream(&StreamAsk{Entry: EntryCopy, Op: op, Given: opts.Stream, Devices: [2]dlpack.Device{dd, sd},
+		NonBlocking: opts.NonBlocking, Private: opts.Private}, &p)
+	return p, err
 }
 
 // CopyInto copies src's elements into dst (same shape; dtypes may differ:
@@ -165,11 +141,11 @@ func CopyInto(dst, src *Tensor, opts CopyOptions) error {
 	if err := fit("dlbridge: copy_", zerocopy.Want{Shape: zerocopy.Extents(sv.Shape()...), Writable: true}, dv); err != nil {
 		return err
 	}
-	s, err := copyStream(dv.Device(), sv.Device(), opts)
+	p, err := planCopy("copy", dv.Device(), sv.Device(), opts)
 	if err != nil {
 		return err
 	}
-	if err := copyComplete(dv, sv, s, opts.NonBlocking); err != nil {
+	if err := copyComplete(dv, sv, p.Stream, p.InFlight); err != nil {
 		return err
 	}
 	return orderWorkStream(dv)
@@ -189,36 +165,6 @@ func orderWorkStream(v *zerocopy.View) error {
 		return nil
 	}
 	return engineErr(v.OrderBefore(w))
-}
-
-// copyStream is the stream for a copy from a view on device sd to one on
-// dd: handle opts.Stream (0: the work stream) of the device whose context
-// runs it (dd when it is a CUDA device, else sd). The work stream of a
-// copy between two devices is ordered after both devices' legacy default
-// streams: PyTorch and CuPy write the source on its own device's (pytest
-// on two H200s: a copy from cuda:1 ordered after cuda:0's alone read the
-// value from before PyTorch's last write).
-func copyStream(dd, sd dlpack.Device, opts CopyOptions) (*cuda.Stream, error) {
-	for _, d := range []dlpack.Device{dd, sd} {
-		if isCUDA(d) && !CUDAAvailable() {
-			return nil, noGPU(d)
-		}
-	}
-	if !isCUDA(dd) {
-		dd = sd
-	}
-	s, err := streamAfter(dd, opts.Stream, !opts.Private)
-	if err != nil || opts.Stream != 0 || opts.Private || !isCUDA(sd) || sd == dd {
-		return s, err
-	}
-	legacy, err := zerocopy.StreamOf(int(sd.ID), uintptr(StreamLegacy))
-	if err != nil {
-		return nil, engineErr(err)
-	}
-	if err := orderAfterLegacy(s, legacy); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // copyComplete copies (converting) src into dst on stream s and waits for
@@ -248,10 +194,11 @@ func CopyToDevice(v *zerocopy.View, d dlpack.Device, opts CopyOptions) (*zerocop
 	if err := usable(v); err != nil {
 		return nil, err
 	}
-	s, err := copyStream(d, v.Device(), opts)
+	p, err := planCopy("copy", d, v.Device(), opts)
 	if err != nil {
 		return nil, err
 	}
+	s := p.Stream
 	var out *zerocopy.View
 	switch {
 	case isCUDA(d):

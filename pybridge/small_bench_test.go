@@ -45,9 +45,9 @@ func BenchmarkSmallCopy(b *testing.B) {
 		{"copy_/d2d", func(b *testing.B) { must(b, CopyInto(g2, g, CopyOptions{})) }},
 		{"to/h2d", func(b *testing.B) { to(b, h, cu) }},
 		{"to/d2h", func(b *testing.B) { to(b, g, dlpack.CPUDevice) }},
-		{"streamFor", func(b *testing.B) {
-			_, err := streamFor(cu, 0)
-			must(b, err)
+		{"PlanStream", func(b *testing.B) {
+			var p StreamPlan
+			must(b, PlanStream(&StreamAsk{Entry: EntryOp, Devices: [2]dlpack.Device{cu}}, &p))
 		}},
 		{"alloc-free/cuda", func(b *testing.B) {
 			s, err := zerocopy.WorkStream(0)

@@ -158,10 +158,6 @@ func dlb_call_keep(token C.uint64_t, obj unsafe.Pointer) C.int32_t {
 	})
 }
 
-// defaultStream is the stream of a call on a CUDA device whose caller
-// named none: dlbridge's work stream of that device.
-func defaultStream(dev int) (uintptr, error) { return pybridge.WorkStream(int32(dev)), nil }
-
 // lentArg is the Go side of memory a Python object lends to a call: the
 // view, its owner and the owner's releaser in one allocation, used again
 // by later calls unless the body kept the view. Views derived from an
@@ -220,7 +216,7 @@ type callScratch struct {
 
 var scratches = sync.Pool{New: func() any {
 	sc := new(callScratch)
-	sc.args = pyfunc.Args{DefaultStream: defaultStream, OutTensors: sc.outTensors[:], OutValues: sc.outValues[:], Frame: &sc.frame}
+	sc.args = pyfunc.Args{OutTensors: sc.outTensors[:], OutValues: sc.outValues[:], Frame: &sc.frame}
 	return sc
 }}
 
@@ -243,16 +239,19 @@ type callArg struct {
 }
 
 // dlb_call calls registered function fn with nargs arguments (one per
-// parameter that Python passes) on the caller's stream (0: none named;
-// streamDev its device when no CUDA tensor says, else -1). Results go to
-// res[0..nres) and, for tensors, infos at the same index.
+// parameter that Python passes). given says whether the caller passed
+// stream=: then stream is its handle and streamDev the device its object
+// names (-1: a bare handle); else stream is the current stream the
+// producer of a CUDA argument named (0: none). pybridge.PlanStream picks
+// the call's stream from that. Results go to res[0..nres) and, for
+// tensors, infos at the same index.
 //
 //dlb:nopy
 //export dlb_call
-func dlb_call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, streamDev C.int32_t, nres C.int32_t, res *C.dlb_result, infos *C.dlb_info) C.int32_t {
+func dlb_call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, given C.int32_t, stream C.uint64_t, streamDev C.int32_t, nres C.int32_t, res *C.dlb_result, infos *C.dlb_info) C.int32_t {
 	var code pybridge.Code
 	code = pybridge.Fence(func() error {
-		err := call(fn, nargs, args, stream, streamDev, nres, res, infos)
+		err := call(fn, nargs, args, given, stream, streamDev, nres, res, infos)
 		if err != nil {
 			return pybridge.WithCode(pybridge.CodeOf(err), err)
 		}
@@ -261,7 +260,7 @@ func dlb_call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, 
 	return C.int32_t(code)
 }
 
-func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, streamDev C.int32_t, nres C.int32_t, res *C.dlb_result, infos *C.dlb_info) error {
+func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, given C.int32_t, stream C.uint64_t, streamDev C.int32_t, nres C.int32_t, res *C.dlb_result, infos *C.dlb_info) error {
 	f := pyfunc.At(int(fn))
 	if f == nil {
 		return pybridge.Errorf(pybridge.ValueError, "dlbridge: no registered function number %d", int(fn))
@@ -276,9 +275,9 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 	sc.nres = len(f.Results)
 	a := &sc.args
 	a.Tensors, a.Values = sc.tensors[:n], sc.values[:n]
-	a.Stream, a.StreamDevice = uintptr(stream), int(streamDev)
 	side := sc.side[:n]
 	defer sc.release(cargs)
+	cudaAt := -1 // the index of the call's device's tensor
 	for i := range cargs {
 		ca := &cargs[i]
 		ca.kept = 0
@@ -289,6 +288,9 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 				return err
 			}
 			a.Tensors[i] = v
+			if d := v.Device(); d.Type == dlpack.CUDA || d.Type == dlpack.CUDAManaged {
+				cudaAt = i // the last CUDA tensor names the device, as pyfunc's check does
+			}
 			continue
 		}
 		v := &a.Values[i] // set field by field: see tensorArg on composite literals
@@ -308,6 +310,20 @@ func call(fn C.int32_t, nargs C.int32_t, args *C.dlb_arg, stream C.int64_t, stre
 			return pybridge.Errorf(pybridge.TypeError, "%s: argument %s: want %s, got a tensor", f.Name, p.Name, p.GoType)
 		}
 	}
+	ask := pybridge.StreamAsk{Entry: pybridge.EntryCall, Op: f.Name}
+	if given != 0 {
+		ask.Given = pybridge.StreamArg{Given: true, Handle: uintptr(stream), Device: int32(streamDev)}
+	} else {
+		ask.Current = uintptr(stream)
+	}
+	if cudaAt >= 0 {
+		ask.Devices[0], ask.DevFrom = dlpack.CUDADevice(int(a.Tensors[cudaAt].Device().ID)), f.Params[cudaAt].Name
+	}
+	var plan pybridge.StreamPlan
+	if err := pybridge.PlanStream(&ask, &plan); err != nil {
+		return err
+	}
+	a.Stream, a.StreamDevice = plan.Handle, int(plan.Device)
 	out := &sc.out
 	if err := f.CallInto(a, out); err != nil {
 		return err

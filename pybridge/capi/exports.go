@@ -232,11 +232,16 @@ func dlb_import(mt unsafe.Pointer, versioned, gil C.int32_t, out *C.uint64_t, in
 //export dlb_import_on
 func dlb_import_on(mt unsafe.Pointer, versioned, gil C.int32_t, stream C.int64_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		s := uintptr(stream)
-		if s == 0 {
-			s = uintptr(pybridge.StreamLegacy)
+		var p pybridge.StreamPlan
+		err := pybridge.PlanStream(&pybridge.StreamAsk{Entry: pybridge.EntryImport, Current: uintptr(stream)}, &p)
+		v, ierr := pybridge.ImportOn(mt, versioned != 0, gil != 0, p.Handle) // takes mt either way
+		if err != nil {
+			if ierr == nil {
+				v.Close()
+			}
+			return err
 		}
-		return publishTo(out, info)(pybridge.ImportOn(mt, versioned != 0, gil != 0, s))
+		return publishTo(out, info)(v, ierr)
 	})
 }
 
@@ -391,33 +396,25 @@ func dlb_sum(h C.uint64_t, out *C.dlb_scalar) C.int32_t {
 	})
 }
 
-// copyOptions reads the stream arguments of copy_ and to: stream 0 is the
-// work stream of the device involved.
-func copyOptions(stream C.int64_t, nonBlocking C.int32_t) (pybridge.CopyOptions, error) {
-	if stream < 0 {
-		return pybridge.CopyOptions{}, pybridge.Errorf(pybridge.ValueError, "dlbridge: stream %d is not a CUDA stream handle", int64(stream))
-	}
-	return pybridge.CopyOptions{Stream: uintptr(stream), NonBlocking: nonBlocking != 0}, nil
+// streamArg is a stream= as C passes it: hasStream 0 for None, else the
+// handle and the device its object names (-1: a bare handle).
+func streamArg(hasStream C.int32_t, stream C.uint64_t, streamDev C.int32_t) pybridge.StreamArg {
+	return pybridge.StreamArg{Given: hasStream != 0, Handle: uintptr(stream), Device: int32(streamDev)}
 }
 
-// dlb_copy_on is copy_(src, non_blocking=, stream=): stream 0 means the
-// work stream. Without non_blocking (0) the copy is complete on return.
-// Mode 2, from the extension for a blocking copy between device tensors
-// that no export, interface or address given out makes visible outside
-// dlbridge, leaves the copy in flight when Go agrees that both are alone
-// too: nobody can tell it from a complete one, since everything that
-// reads or writes them through dlbridge is ordered after it (as for a new
-// tensor from to()), and a device-to-device copy_ then costs what
-// PyTorch's does (no synchronization).
+// dlb_copy_on is copy_(src, non_blocking=, stream=) (see streamArg).
+// exposed is the extension's fact that an address of dst's or src's
+// memory went out of dlbridge (an export alive, an interface dictionary,
+// data_ptr); when none did and Go agrees both are alone, pybridge's
+// PlanStream may leave a blocking copy in flight, since nobody can tell it
+// from a complete one (everything that reads or writes them through
+// dlbridge is ordered after it), and a device-to-device copy_ then costs
+// what PyTorch's does (no synchronization).
 //
 //dlb:nopy
 //export dlb_copy_on
-func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C.int32_t {
+func dlb_copy_on(dst, src C.uint64_t, hasStream C.int32_t, stream C.uint64_t, streamDev, nonBlocking, exposed C.int32_t) C.int32_t {
 	return fence(func() error {
-		opts, err := copyOptions(stream, nonBlocking)
-		if err != nil {
-			return err
-		}
 		d, err := borrow(dst)
 		if err != nil {
 			return err
@@ -428,11 +425,8 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 			return err
 		}
 		defer s.Return()
-		if nonBlocking == 2 {
-			opts.NonBlocking = alone(d) && alone(s)
-			opts.Private = opts.NonBlocking
-		}
-		return pybridge.CopyInto(d, s, opts)
+		return pybridge.CopyInto(d, s, pybridge.CopyOptions{Stream: streamArg(hasStream, stream, streamDev),
+			NonBlocking: nonBlocking != 0, Private: exposed == 0 && alone(d) && alone(s)})
 	})
 }
 
@@ -440,21 +434,15 @@ func dlb_copy_on(dst, src C.uint64_t, stream C.int64_t, nonBlocking C.int32_t) C
 // that the extension took through the buffer protocol (a NumPy array): the
 // block at ptr (dtype code/bits/lanes, ndim extents, strides in elements)
 // is wrapped for the length of the call only, without a handle or a DLPack
-// round trip, and copied into dst, complete on return; mode 2 (from the
-// extension, for a destination nothing outside dlbridge can reach) may
-// leave it in flight when Go agrees that dst is alone, as dlb_copy_on's
-// mode 2 does. The host memory is done with on return either way. The
-// caller holds the buffer, and so the memory, until this returns.
+// round trip, and copied into dst. exposed is as for dlb_copy_on, of dst.
+// The host memory is done with on return either way. The caller holds the
+// buffer, and so the memory, until this returns.
 //
 //dlb:nopy
 //export dlb_copy_from_host
 func dlb_copy_from_host(dst C.uint64_t, ptr C.uint64_t, code, bits C.uint8_t, lanes C.uint16_t, ndim C.int32_t,
-	shape, strides *C.int64_t, stream C.int64_t, mode C.int32_t) C.int32_t {
+	shape, strides *C.int64_t, hasStream C.int32_t, stream C.uint64_t, streamDev, exposed C.int32_t) C.int32_t {
 	return fence(func() error {
-		opts, err := copyOptions(stream, 0)
-		if err != nil {
-			return err
-		}
 		sh, err := int64s(shape, ndim)
 		if err != nil {
 			return err
@@ -468,7 +456,7 @@ func dlb_copy_from_host(dst C.uint64_t, ptr C.uint64_t, code, bits C.uint8_t, la
 			return err
 		}
 		defer d.Return()
-		opts.NonBlocking = mode == 2 && alone(d)
+		opts := pybridge.CopyOptions{Stream: streamArg(hasStream, stream, streamDev), Private: exposed == 0 && alone(d)}
 		v, err := zerocopy.Wrap(zerocopy.Spec{Ptr: uintptr(ptr), Device: dlpack.CPUDevice,
 			DType: dlpack.DataType{Code: dlpack.TypeCode(code), Bits: uint8(bits), Lanes: uint16(lanes)},
 			Shape: sh, Strides: st, ReadOnly: true, Foreign: true}, zerocopy.NewOwner(nil, "buffer"))
@@ -489,16 +477,13 @@ func alone(t *pybridge.Tensor) bool {
 }
 
 // dlb_to_on is to(device, non_blocking=, stream=): a new tensor on the
-// device (stream 0: the work stream).
+// device (stream=: see streamArg).
 //
 //dlb:nopy
 //export dlb_to_on
-func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, stream C.int64_t, nonBlocking C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
+func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, hasStream C.int32_t, stream C.uint64_t, streamDev, nonBlocking C.int32_t, out *C.uint64_t, info *C.dlb_info) C.int32_t {
 	return fence(func() error {
-		opts, err := copyOptions(stream, nonBlocking)
-		if err != nil {
-			return err
-		}
+		opts := pybridge.CopyOptions{Stream: streamArg(hasStream, stream, streamDev), NonBlocking: nonBlocking != 0}
 		t, err := borrow(h)
 		if err != nil {
 			return err

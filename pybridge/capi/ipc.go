@@ -142,9 +142,9 @@ func dlb_ipc_claim(conn, token C.uint64_t, out *C.uint64_t, info *C.dlb_info) C.
 }
 
 //export dlb_ipc_send
-func dlb_ipc_send(conn, pool, h C.uint64_t, stream C.int64_t) C.int32_t {
+func dlb_ipc_send(conn, pool, h C.uint64_t, hasStream C.int32_t, stream C.uint64_t, streamDev C.int32_t) C.int32_t {
 	return withTensor(h, func(t *pybridge.Tensor) error {
-		return pybridge.IPCSend(pybridge.Handle(conn), pybridge.Handle(pool), t, uintptr(stream))
+		return pybridge.IPCSend(pybridge.Handle(conn), pybridge.Handle(pool), t, streamArg(hasStream, stream, streamDev))
 	})
 }
 

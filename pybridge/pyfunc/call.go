@@ -156,16 +156,15 @@ func pyType(k Kind, t reflect.Type) string {
 type Args struct {
 	Tensors []*zerocopy.View
 	Values  []Value
-	// Stream is the caller's CUDA stream (a CUstream handle; 1 the legacy
-	// default stream), used when the call's tensors are on a CUDA device
-	// or StreamDevice is set; 0 when the caller named none.
+	// Stream is the CUDA stream the call runs on (a CUstream handle; 1 the
+	// legacy default stream), on StreamDevice, as the caller decided it
+	// (the bridge: pybridge.PlanStream, which also refuses a stream of
+	// another device than the call's CUDA tensors); 0: none, for a call
+	// without CUDA tensors.
 	Stream uintptr
-	// StreamDevice is the CUDA device of Stream when the caller passed a
-	// stream without CUDA tensors, else -1.
+	// StreamDevice is the CUDA device of Stream, -1 when unknown (then the
+	// call's CUDA tensors name it).
 	StreamDevice int
-	// DefaultStream, when not nil, gives the stream of a call on CUDA
-	// device dev for which the caller named none.
-	DefaultStream func(dev int) (uintptr, error)
 	// OutTensors and OutValues, when they have room for f.Results, hold
 	// the Outcome's slices, so that a caller calling in a loop reuses them;
 	// nil: Call allocates them.
@@ -226,24 +225,11 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 			return checkError(err)
 		}
 	}
-	if a.Stream != 0 && a.StreamDevice >= 0 {
-		switch {
-		case dev < 0:
-			dev = a.StreamDevice
-		case a.StreamDevice != dev:
-			// The body would launch on a stream of another device than
-			// its tensors' and fail inside the driver, or worse; a copy
-			// refuses the same stream.
-			return ValueErrorf("%s: stream= is a stream of cuda:%d, but argument %s is on cuda:%d: pass a stream of cuda:%d (or none for the tensors' current stream)", f.Name, a.StreamDevice, devFrom, dev, dev)
-		}
+	if dev < 0 && a.Stream != 0 {
+		dev = a.StreamDevice // a stream given for a call without CUDA tensors
 	}
 	var s *cuda.Stream
 	if dev >= 0 {
-		if a.Stream == 0 && a.DefaultStream != nil {
-			if a.Stream, err = a.DefaultStream(dev); err != nil {
-				return err
-			}
-		}
 		if a.Stream == 0 {
 			return ValueErrorf("%s: no CUDA stream for the call on cuda:%d", f.Name, dev)
 		}

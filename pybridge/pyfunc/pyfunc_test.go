@@ -2,7 +2,6 @@ package pyfunc
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -416,44 +415,5 @@ func TestCallResultOfACopiedArgument(t *testing.T) {
 	}
 	if diff := cmp.Diff([]float32{1, 2}, got); diff != "" {
 		t.Errorf("the result reads what x held before the body wrote (-want +got):\n%s", diff)
-	}
-}
-
-// A stream of another device than the call's CUDA tensors is refused before
-// the body runs (the body would launch on it with the tensors' context).
-func TestCallRefusesStreamOfAnotherDevice(t *testing.T) {
-	ran := false
-	f, err := NewFunc("t.axpy(y: float32 [N] cuda writable, x: float32 [N] cuda)", func(s *cuda.Stream, y, x *zerocopy.View) { ran = true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := func(ord int32, ptr uintptr) *zerocopy.View {
-		v, err := zerocopy.Wrap(zerocopy.Spec{Ptr: ptr, Device: dlpack.CUDADevice(int(ord)), DType: dlpack.Float32Type, Shape: []int64{4}}, zerocopy.NewOwner(nil, "made-up device memory"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { v.Close() })
-		return v
-	}
-	y, x := dev(0, 0x10000), dev(0, 0x20000)
-	for _, c := range []struct {
-		name      string
-		streamDev int
-		refused   bool
-	}{
-		{"a stream of cuda:1", 1, true},
-		{"a stream of cuda:3", 3, true},
-		{"a stream of the tensors' device", 0, false},
-		{"a stream whose device the caller does not know", -1, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ran = false
-			_, err := f.Call(&Args{Tensors: []*zerocopy.View{y, x}, Values: make([]Value, 2), Stream: 0x5000, StreamDevice: c.streamDev}, 0)
-			want := fmt.Sprintf("t.axpy: stream= is a stream of cuda:%d, but argument x is on cuda:0: pass a stream of cuda:0 (or none for the tensors' current stream)", c.streamDev)
-			refused := err != nil && ClassOf(err) == ValueError && err.Error() == want
-			if refused != c.refused || ran && c.refused {
-				t.Fatalf("Call: %v (%v, body ran: %v); refused %v, want %v", err, ClassOf(err), ran, refused, c.refused)
-			}
-		})
 	}
 }

@@ -1727,6 +1727,18 @@ EXPORT CUresult cuStreamGetPriority(void *h, int *prio) {
     RETURN(0);
 }
 
+/* cuStreamGetCtx: a stream's own context; for the NULL and default-stream
+ * constants, the current one (as the driver answers). */
+EXPORT CUresult cuStreamGetCtx(void *h, void **pctx) {
+    ENTER("cuStreamGetCtx");
+    if (!pctx) RETURN(CUDA_ERROR_INVALID_VALUE);
+    fstream *s; fctx *c;
+    int r = resolve(h, &s, &c);
+    if (r) RETURN(r);
+    *pctx = c;
+    RETURN(0);
+}
+
 EXPORT CUresult cuStreamGetFlags(void *h, unsigned int *flags) {
     ENTER("cuStreamGetFlags");
     NEED_CTX_STRICT();

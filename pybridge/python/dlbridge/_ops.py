@@ -115,9 +115,9 @@ def _as_tensor(obj):
 
 def _stream_of(obj):
     """(handle, device) of an explicit stream= (device -1 when the object
-    does not say)."""
-    from ._stream import copy_stream, _stream_device
-    return (copy_stream(obj, ()), _stream_device(obj, -1))
+    does not say): facts for Go's stream policy."""
+    from ._stream import stream_facts
+    return stream_facts(obj)
 
 
 # The frameworks result_type= names: help(), the errors below and the stubs

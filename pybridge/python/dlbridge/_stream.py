@@ -1,5 +1,6 @@
-"""CUDA streams and events, named as in PyTorch, and the one rule for every
-``stream=`` argument of dlbridge (as_stream_handle).
+"""CUDA streams and events, named as in PyTorch, and the one reading of
+every ``stream=`` argument of dlbridge (as_stream_handle, stream_facts):
+what it means is decided in Go.
 
 A dlbridge.Stream is a non-blocking CUDA stream of the device's primary
 context, the context PyTorch, CuPy, JAX and Numba use, so its handle works
@@ -64,29 +65,11 @@ def as_stream_handle(obj):
     return _handle_int(obj, "stream")
 
 
-def copy_stream(obj, devices):
-    """The stream argument of Go's copy entry points (an int64) for the
-    stream= of a copy that touches the CUDA devices in `devices`.
-
-    None gives 0: dlbridge's work stream of the device at hand. An explicit
-    handle 0 is CUDA's NULL stream, the legacy default stream, and goes as 1
-    (its CUstream constant), since 0 already means "ours". A stream object
-    that names its device (dlbridge, torch, CuPy and cuda.core streams do)
-    must be on one of `devices`: work queued on another device's stream with
-    this device's context current is refused by the driver at best, so the
-    mistake is reported here with both devices named."""
-    if obj is None:
-        return 0
-    h = as_stream_handle(obj)
-    dev = _stream_device(obj, None)
-    if dev is not None and devices and dev not in devices:
-        raise ValueError(
-            "dlbridge: stream= is a stream of cuda:%d, but this copy runs on %s: pass a stream of %s "
-            "(or None for dlbridge's own)" % (dev, " and ".join("cuda:%d" % d for d in sorted(devices)),
-                                               " or ".join("cuda:%d" % d for d in sorted(devices))))
-    if h > C.INT64[2]:
-        raise C.out_of_range("stream", h, C.INT64, 0)
-    return h or 1
+def stream_facts(obj):
+    """(handle, device) of a stream= that is not None: the facts Go's stream
+    policy (pybridge.PlanStream) decides from. device is the CUDA device the
+    object names, -1 for a bare integer handle (Go asks the driver)."""
+    return as_stream_handle(obj), _stream_device(obj, -1)
 
 
 def _stream_device(obj, default):

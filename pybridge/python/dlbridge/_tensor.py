@@ -10,7 +10,7 @@ import sys
 from . import _convert as C
 from . import _dtypes, _lib
 from ._lib import CPU, CUDA, CUDA_HOST
-from ._stream import copy_stream
+from ._stream import stream_facts
 
 CapsuleType = type(datetime.datetime_CAPI)
 
@@ -331,17 +331,16 @@ class Tensor(_Base):
         array, may stay in flight too, as PyTorch's does: nothing can tell
         it from a complete one."""
         nb = 1 if non_blocking else 0
+        s = None if stream is None else stream_facts(stream)  # Go decides what they mean
         if isinstance(src, Tensor):
-            h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, src._dev))
-            _core.copy(self, src, h, nb)  # it updates self._stream
+            _core.copy(self, src, s, nb)  # it updates self._stream
             return self
         # src is host data: a NumPy array goes through the buffer protocol,
         # anything else through asarray's CPU tensor.
-        h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev))
-        if not nb and _core.copy_host(self, src, h) is None:
+        if not nb and _core.copy_host(self, src, s) is None:
             return self
         with asarray(src) as t:
-            _core.copy(self, t, h, nb)
+            _core.copy(self, t, s, nb)
         return self
 
     def to(self, device, *, non_blocking=False, stream=None, copy=False):
@@ -355,8 +354,8 @@ class Tensor(_Base):
         want = C.device(device)
         if want == self._dev and not copy:
             return self
-        h = 0 if stream is None else copy_stream(stream, _cuda_devices(self._dev, want))
-        return _core.to(Tensor, self, want[0], want[1], h, 1 if non_blocking else 0)
+        s = None if stream is None else stream_facts(stream)
+        return _core.to(Tensor, self, want[0], want[1], s, 1 if non_blocking else 0)
 
     def cpu(self):
         return self.to("cpu")
@@ -594,11 +593,6 @@ def set_pinned_pool_limit(nbytes):
     device data come from it while it has room, else from pageable memory;
     cached blocks beyond the limit are freed at once."""
     _core.dlb_set_pinned_pool_limit(nbytes)
-
-
-def _cuda_devices(*devs):
-    """The CUDA device ordinals among (type, id) device pairs."""
-    return {d[1] for d in devs if d[0] == CUDA}
 
 
 def _debug_spin_write(t, bits, seconds):

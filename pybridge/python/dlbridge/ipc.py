@@ -155,10 +155,10 @@ class Connection(_Object):
         the work queued on ``stream`` (a handle, ``__cuda_stream__`` object
         or torch/CuPy stream; None: the tensor's pending write). BufferError
         for memory that is not the pool's (see Pool.copy_in)."""
-        from ._stream import as_stream_handle
+        from ._stream import stream_facts
 
-        s = 0 if stream is None else as_stream_handle(stream)
-        _core.dlb_ipc_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), s)
+        has, h, d = (0, 0, -1) if stream is None else (1,) + stream_facts(stream)  # Go decides what they mean
+        _core.dlb_ipc_send(self._live(), pool._live() if pool is not None else 0, tensor._handle(), has, h, d)
 
     def recv(self):
         """The next tensor the peer sent (a view of the peer's memory, no

@@ -260,7 +260,7 @@ typedef struct {
 	uint64_t epoch;
 	int closed; // close() was called
 	int pinned; // a consumer holds this object, not a DLPack export: keep the memory until dealloc
-	int shared; // the address went out (data_ptr, handle, the exchange API's DLTensor): see alone()
+	int shared; // the address went out (data_ptr, handle, the exchange API's DLTensor): see exposed()
 	int negstride;
 	int64_t *shape, *strides;      // in elements
 	Py_ssize_t *bstrides;          // in bytes, for the buffer protocol
@@ -1109,20 +1109,22 @@ static CTensor *ctensor_arg(PyObject *o, const char *fn) {
 	return check_open((CTensor *)o) < 0 ? NULL : (CTensor *)o;
 }
 
-// alone reports whether nothing outside dlbridge can reach t's memory from
-// this object: no DLPack export alive (the keeper's count), no interface
-// dictionary handed out (pinned), no address given away (shared). Go adds
-// what only it knows (dlb_copy_on's mode 2).
-static int alone(CTensor *t) {
-	return !t->pinned && !t->shared && atomic_load_explicit(&t->keeper->refs, memory_order_acquire) == 1;
+// exposed reports whether something outside dlbridge can reach t's memory
+// from this object: a DLPack export alive (the keeper's count), an
+// interface dictionary handed out (pinned), an address given away
+// (shared). A fact for Go's stream policy (pybridge.PlanStream), which
+// adds what only it knows.
+static int exposed(CTensor *t) {
+	return t->pinned || t->shared || atomic_load_explicit(&t->keeper->refs, memory_order_acquire) != 1;
 }
 
-// copied_into updates dst's cached stream after a copy into it with mode
-// nb: none pending when the copy was complete on return (0), else what Go
-// left (non_blocking, or mode 2, which Go may leave in flight).
-static int copied_into(CTensor *dst, int nb) {
+// copied_into updates dst's cached stream after a copy into it: none
+// pending when it was complete on return (a host destination, or a copy
+// that was neither non_blocking nor private: then Go left nothing in
+// flight), else what Go left.
+static int copied_into(CTensor *dst, int may_pend) {
 	if (dst->dev_type != DLB_CUDA) return 0;
-	if (!nb) {
+	if (!may_pend) {
 		dst->stream = 0; // complete on return: no write pending
 		return 0;
 	}
@@ -1130,28 +1132,45 @@ static int copied_into(CTensor *dst, int nb) {
 	return refresh_stream(dst);
 }
 
-// copy(dst, src, stream, non_blocking) is Tensor.copy_ on tensors (the
-// stream already a handle, 0: the work stream): one Go call without the
-// GIL, then dst's pending stream as Go left it. A blocking copy between
-// tensors that are alone goes as mode 2: Go may leave it in flight, since
-// no one but dlbridge, which orders every reader and writer after it, can
-// tell (see dlb_copy_on).
+// stream_fact reads the stream= facts Python passes: None (no stream=),
+// or (handle, device) from _stream.stream_facts, device -1 for a bare
+// handle. Go decides what they mean (pybridge.PlanStream).
+static int stream_fact(PyObject *f, int32_t *has, uint64_t *handle, int32_t *dev) {
+	*has = f != Py_None;
+	*handle = 0;
+	*dev = -1;
+	if (!*has) return 0;
+	unsigned long long h;
+	int d;
+	if (!PyArg_ParseTuple(f, "Ki", &h, &d)) return -1;
+	if (d < -1) {
+		PyErr_Format(PyExc_ValueError, "dlbridge: stream device %d is out of range", d);
+		return -1;
+	}
+	*handle = h, *dev = d;
+	return 0;
+}
+
+// copy(dst, src, stream, non_blocking) is Tensor.copy_ on tensors (stream:
+// see stream_fact): one Go call without the GIL, then dst's pending stream
+// as Go left it.
 static PyObject *m_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 4, 4, "copy") < 0) return NULL;
 	CTensor *dst = ctensor_arg(args[0], "copy"), *src = dst ? ctensor_arg(args[1], "copy") : NULL;
 	if (!src) return NULL;
-	long long stream = PyLong_AsLongLong(args[2]);
-	if (stream == -1 && PyErr_Occurred()) return NULL;
+	int32_t has, dev;
+	uint64_t stream;
+	if (stream_fact(args[2], &has, &stream, &dev) < 0) return NULL;
 	int nb = PyObject_IsTrue(args[3]);
 	if (nb < 0) return NULL;
-	if (!nb && dst->dev_type == DLB_CUDA && src->dev_type == DLB_CUDA && alone(dst) && alone(src)) nb = 2;
+	int exp = exposed(dst) || exposed(src);
 	NEED_LIBRARY(return NULL);
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = E.copy_on(dst->handle, src->handle, stream, nb);
+	rc = E.copy_on(dst->handle, src->handle, has, stream, dev, nb, exp);
 	Py_END_ALLOW_THREADS
 	if (rc) return raise_last(rc);
-	if (copied_into(dst, nb) < 0) return NULL;
+	if (copied_into(dst, nb || !exp) < 0) return NULL;
 	Py_RETURN_NONE;
 }
 
@@ -1213,20 +1232,21 @@ static int buffer_dtype(const Py_buffer *b, uint8_t *code, uint8_t *bits) {
 	return 1;
 }
 
-// copy_host(dst, src, stream) is a blocking Tensor.copy_ from a NumPy
-// array: the array's memory is taken through the buffer protocol and
-// copied in one Go call without the GIL, with no DLPack import of the array
-// and no tensor made for it. Into a device tensor that is alone the copy
-// may stay in flight (mode 2, as copy's); the array is done with on
-// return. NotImplemented when src is not exactly a numpy.ndarray or its
+// copy_host(dst, src, stream) is a blocking Tensor.copy_ from
+// a NumPy array: the array's memory is taken through the buffer protocol
+// and copied in one Go call without the GIL, with no DLPack import of the
+// array and no tensor made for it. Into a device tensor nothing outside
+// dlbridge reaches, Go may leave the copy in flight (as copy's); the array
+// is done with on return. NotImplemented when src is not exactly a numpy.ndarray or its
 // buffer is not a plain block of a dlbridge dtype: the caller then goes
 // through asarray, which has every error message.
 static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 3, 3, "copy_host") < 0) return NULL;
 	CTensor *dst = ctensor_arg(args[0], "copy_host");
 	if (!dst) return NULL;
-	long long stream = PyLong_AsLongLong(args[2]);
-	if (stream == -1 && PyErr_Occurred()) return NULL;
+	int32_t has, dev;
+	uint64_t stream;
+	if (stream_fact(args[2], &has, &stream, &dev) < 0) return NULL;
 	if (!is_ndarray(args[1])) Py_RETURN_NOTIMPLEMENTED;
 	NEED_LIBRARY(return NULL);
 	Py_buffer b;
@@ -1246,27 +1266,29 @@ static PyObject *m_copy_host(PyObject *mod, PyObject *const *args, Py_ssize_t na
 		PyBuffer_Release(&b);
 		Py_RETURN_NOTIMPLEMENTED;
 	}
-	// A destination that is alone may be left in flight, as copy's mode 2.
-	int mode = dst->dev_type == DLB_CUDA && alone(dst) ? 2 : 0;
+	int exp = exposed(dst);
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = E.copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, stream, mode);
+	rc = E.copy_from_host(dst->handle, (uint64_t)(uintptr_t)b.buf, code, bits, 1, b.ndim, shape, strides, has, stream, dev, exp);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
 	if (rc) return raise_last(rc);
-	if (copied_into(dst, mode) < 0) return NULL;
+	if (copied_into(dst, !exp) < 0) return NULL;
 	Py_RETURN_NONE;
 }
 
-// to(cls, t, dev_type, dev_id, stream, non_blocking) is Tensor.to's copy:
-// a new cls instance from one Go call without the GIL.
+// to(cls, t, dev_type, dev_id, stream, non_blocking) is Tensor.to's copy
+// (stream: see stream_fact): a new cls instance from one Go call without
+// the GIL.
 static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 6, 6, "to") < 0) return NULL;
 	CTensor *t = ctensor_arg(args[1], "to");
 	if (!t) return NULL;
 	long dt = PyLong_AsLong(args[2]), di = PyLong_AsLong(args[3]);
-	long long stream = PyLong_AsLongLong(args[4]);
 	if (PyErr_Occurred()) return NULL;
+	int32_t has, sdev;
+	uint64_t stream;
+	if (stream_fact(args[4], &has, &stream, &sdev) < 0) return NULL;
 	int nb = PyObject_IsTrue(args[5]);
 	if (nb < 0) return NULL;
 	NEED_LIBRARY(return NULL);
@@ -1274,7 +1296,7 @@ static PyObject *m_to(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	dlb_info info;
 	int32_t rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = E.to_on(t->handle, (int32_t)dt, (int32_t)di, stream, nb, &h, &info);
+	rc = E.to_on(t->handle, (int32_t)dt, (int32_t)di, has, stream, sdev, nb, &h, &info);
 	Py_END_ALLOW_THREADS
 	if (rc) return raise_last(rc);
 	return new_tensor(args[0], h, &info, e);
@@ -2254,20 +2276,23 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 		a[i].kind = DLB_ARG_MISSING, a[i].stream = 0, a[i].kept = 0;
 		k[i].obj = k[i].temp = k[i].ex_kind = k[i].held = NULL, k[i].has_buf = 0;
 	}
+	// The call's stream facts for Go's policy: stream= (given), else the
+	// current stream the first CUDA argument's producer names.
 	int64_t stream = 0;
 	int32_t stream_dev = -1;
-	int stream_known = 0;
+	int stream_known = 0, given = 0;
 	PyObject *like = NULL, *result = NULL;
 	if (stream_obj && stream_obj != Py_None) {
 		PyObject *r = PyObject_CallFunctionObjArgs(h_stream_of, stream_obj, NULL);
 		if (!r) return NULL;
-		long long h = -1, d = -1;
-		if (!PyArg_ParseTuple(r, "LL", &h, &d)) {
+		unsigned long long h = 0;
+		long long d = -1;
+		if (!PyArg_ParseTuple(r, "KL", &h, &d)) {
 			Py_DECREF(r);
 			return NULL;
 		}
 		Py_DECREF(r);
-		stream = h, stream_dev = (int32_t)d, stream_known = 1;
+		stream = (int64_t)h, stream_dev = (int32_t)d, stream_known = 1, given = 1;
 	}
 	stream_cache scache = {NULL, -1, 0};
 	int done = 0;
@@ -2299,7 +2324,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 	int32_t rc;
 	dlb_info one;
 	Py_BEGIN_ALLOW_THREADS
-	rc = E.call(g->index, np, a, stream, stream_dev, nr, nr ? res : NULL, infos ? infos : (nr ? &one : NULL));
+	rc = E.call(g->index, np, a, given, (uint64_t)stream, stream_dev, nr, nr ? res : NULL, infos ? infos : (nr ? &one : NULL));
 	Py_END_ALLOW_THREADS
 	if (rc) {
 		raise_last(rc);

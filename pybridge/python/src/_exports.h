@@ -475,14 +475,16 @@ static PyObject *x_dlb_ipc_recv(PyObject *mod, PyObject *const *args, Py_ssize_t
 }
 
 static PyObject *x_dlb_ipc_send(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 4, 4, "dlb_ipc_send") < 0) return NULL;
+	if (need_args(nargs, 6, 6, "dlb_ipc_send") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "conn", "uint64", UINT64_MAX, a0);
 	uint64_t a1; X_UINT(args[1], "pool", "uint64", UINT64_MAX, a1);
 	uint64_t a2; X_UINT(args[2], "h", "uint64", UINT64_MAX, a2);
-	int64_t a3; X_INT(args[3], "stream", "int64", INT64_MIN, INT64_MAX, a3);
+	int32_t a3; X_INT(args[3], "hasStream", "int32", INT32_MIN, INT32_MAX, a3);
+	uint64_t a4; X_UINT(args[4], "stream", "uint64", UINT64_MAX, a4);
+	int32_t a5; X_INT(args[5], "streamDev", "int32", INT32_MIN, INT32_MAX, a5);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.ipc_send(a0, a1, a2, a3); Py_END_ALLOW_THREADS
+	Py_BEGIN_ALLOW_THREADS r = E.ipc_send(a0, a1, a2, a3, a4, a5); Py_END_ALLOW_THREADS
 	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }

@@ -661,6 +661,13 @@ def test_cuda_errors(driver):
         y = dlbridge.zeros(4, device="cuda")
         with pytest.raises(ValueError, match=r"^gofunc.axpy: stream= is a stream of cuda:1, but argument x is on cuda:0"):
             ops.gofunc.axpy(y, x, 2.0, stream=dlbridge.Stream(device=1))
+        # A bare integer handle names no device: Go asks the driver.
+        s1 = dlbridge.Stream(device=1)
+        with pytest.raises(ValueError, match=r"^gofunc.axpy: stream= is a stream of cuda:1, but argument x is on cuda:0"):
+            ops.gofunc.axpy(y, x, 2.0, stream=s1.cuda_stream)
+        s0 = dlbridge.Stream(device=0)
+        ops.gofunc.axpy(y, x, 0.0, stream=s0.cuda_stream)  # a bare handle of the tensors' device runs
+        s0.synchronize()
         assert np.from_dlpack(y.to("cpu")).tolist() == [0.0] * 4
 
 

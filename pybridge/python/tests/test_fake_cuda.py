@@ -401,20 +401,27 @@ def test_copy_to_and_streams(fake_lib):
         assert g._stream == 0 and g.sum() == float(a.sum())   # complete on return
         g.copy_(a * 2, stream=st, non_blocking=True)
         assert g.sum() == 2 * float(a.sum())                  # dlbridge's readers wait
-    from dlbridge._stream import copy_stream
-    assert copy_stream(None, {0}) == 0 and copy_stream(0, {0}) == 1   # 0 is CUDA's NULL stream
+    g = dlbridge.empty(4096, device="cuda")
+    g.data_ptr()
+    g.copy_(a, stream=None, non_blocking=True)
+    assert g._stream == WORK                                         # None: dlbridge's work stream
+    g.copy_(a, stream=0, non_blocking=True)
+    assert g._stream == 1 and g.sum() == float(a.sum())              # 0 is CUDA's NULL stream
     for bad in (True, "s", object()):
         try:
-            copy_stream(bad, {0})
+            g.copy_(a, stream=bad)
         except TypeError:
             pass
         else:
             raise AssertionError("stream %r accepted" % (bad,))
-    # A stream of another device is refused before Go queues anything on it.
+    # A stream of another device is refused before Go queues anything on
+    # it, also as a bare integer handle, whose device Go asks the driver.
     s1 = dlbridge.Stream(device=1)
     g = dlbridge.empty(4096, device="cuda")
     for call in (lambda: g.copy_(a, stream=s1), lambda: g.to("cpu", stream=s1),
-                 lambda: g.copy_(dlbridge.empty(4096, device="cuda"), stream=s1)):
+                 lambda: g.copy_(dlbridge.empty(4096, device="cuda"), stream=s1),
+                 lambda: g.copy_(a, stream=s1.cuda_stream), lambda: g.to("cpu", stream=s1.cuda_stream),
+                 lambda: g.copy_(dlbridge.empty(4096, device="cuda"), stream=s1.cuda_stream)):
         try:
             call()
         except ValueError as e:

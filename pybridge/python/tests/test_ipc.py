@@ -273,6 +273,13 @@ def test_send_refuses_other_memory(driver, tmp_path):
     with pytest.raises(BufferError, match="not allocated from this IPC pool"):
         conn.send(t, pool)
     c = pool.copy_in(t)
+    if dlbridge.cuda_device_count() > 1:
+        # A stream of another device is refused before anything is sent,
+        # as a stream object and as a bare handle (Go asks the driver).
+        s1 = dlbridge.Stream(device=1)
+        for st in (s1, s1.cuda_stream):
+            with pytest.raises(ValueError, match="stream= is a stream of cuda:1, but this send runs on cuda:0"):
+                conn.send(c, pool, stream=st)
     conn.send(c, pool)
     if driver.fake:
         got = peer.recv()
