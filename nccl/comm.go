@@ -272,8 +272,8 @@ func onDevice(ctx *cuda.Context, fn func()) error {
 }
 
 // InitRank joins communicator id as rank of nranks on CUDA device dev
-// (ncclCommInitRankScalable with one id, nonblocking), waiting at most
-// cfg's timeout for the other ranks.
+// (ncclCommInitRankScalable with one id), waiting at most cfg's timeout
+// for the other ranks.
 func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 	if nranks < 1 {
 		return nil, fmt.Errorf("nccl: InitRank: nranks %d: must be at least 1", nranks)
@@ -292,10 +292,9 @@ func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 	ncfg, name := newConfig(cfg)
 	var r Result
 	// A blocking initialization waits in NCCL for the other ranks: the
-	// watchdog aborts the communicator (NCCL has written its handle
-	// before it waits) at the deadline, which ends the wait.
-	// NCCL writes the handle into hs[0], which only the watchdog reads
-	// meanwhile.
+	// watchdog aborts the communicator at the deadline, which ends the
+	// wait. NCCL writes the handle into hs[0] before it waits; only the
+	// watchdog reads it meanwhile.
 	hs := make([]uintptr, 1)
 	done := c.enter("init", 0, &hs[0])
 	err = onDevice(ctx, func() {
@@ -316,7 +315,7 @@ func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 }
 
 // InitDevices makes one communicator per device of devs, all driven by
-// this process (as ncclCommInitAll does, but nonblocking and with the
+// this process (as ncclCommInitAll does, but with the
 // deadline of cfg): rank i runs on devs[i].
 func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
 	if len(devs) == 0 {
