@@ -4,6 +4,7 @@
 # torch.distributed (torch_bench.py) on the same NCCL library in the same run,
 # over NVLink and with the network path forced (the stand-in for two nodes).
 #   bash build/gpu/bin/nccl-run.sh   # (a copy of bench/nccl/run.sh); log: $OUT/nccl-bench.log
+#   ROUNDS=1 bash build/gpu/bin/nccl-run.sh   # one round: about two minutes
 set -uo pipefail
 G=${G:-build/gpu}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -30,7 +31,8 @@ torch_ranks() {
     # (the 4 KiB latency keeps its 1000 operations per run).
     [ $mode = socket ] && net=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket) args=(--iters=3 --reps=3)
     echo "=== $mode ${net[*]} ${args[*]}"
-    for round in 1 2; do # interleaved, twice: drift shows as a difference between rounds
+    # Interleaved, ROUNDS times (2: drift shows as a difference between rounds; 1 halves the time).
+    for round in $(seq "${ROUNDS:-2}"); do
       torch_ranks "${net[@]}" 2>&1 | grep -E '^(#|torch)'
       # A Go rank's failure is a "# go rank N error: ..." line (each measurement has a
       # deadline); a crash of the runtime starts with "panic:" or "fatal error:".
