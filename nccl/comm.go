@@ -58,6 +58,16 @@ type Config struct {
 	Timeout time.Duration
 	// NetName forces NCCL's network plugin ("Socket", "IB"), as NCCL_NET.
 	NetName string
+	// Nonblocking makes the communicator nonblocking (ncclConfig_t
+	// blocking = 0): every NCCL call returns at once and is waited for
+	// by polling ncclCommGetAsyncError, so that no thread ever stays in
+	// NCCL. It costs tens of microseconds per operation (NCCL starts a
+	// launch thread for each). The default, blocking, is what
+	// torch.distributed uses: a call returns once NCCL queued the work,
+	// and the watchdog aborts the communicator from its own goroutine
+	// when a call or an operation passes the deadline, which ends a call
+	// stuck waiting for a peer.
+	Nonblocking bool
 }
 
 func (c *Config) timeout() time.Duration {
@@ -86,14 +96,13 @@ type ncclConfig struct {
 
 const configUndef = math.MinInt32
 
-// newConfig: every communicator is nonblocking (blocking = 0; what
-// torch.distributed asks for with TORCH_NCCL_USE_COMM_NONBLOCKING=1): NCCL
-// calls return at once (ncclInProgress while work is pending) and we wait
-// for them with a deadline (settle), so that a rank that never comes
-// cannot hold a thread inside NCCL.
+// newConfig: blocking unless c asks for Nonblocking (see Config).
 func newConfig(c *Config) (*ncclConfig, []byte) {
-	cfg := &ncclConfig{size: 48, magic: 0xcafebeef, version: 21800, blocking: 0,
+	cfg := &ncclConfig{size: 48, magic: 0xcafebeef, version: 21800, blocking: 1,
 		cgaClusterSize: configUndef, minCTAs: configUndef, maxCTAs: configUndef, splitShare: configUndef}
+	if c != nil && c.Nonblocking {
+		cfg.blocking = 0
+	}
 	var name []byte
 	if c != nil && c.NetName != "" {
 		name = append([]byte(c.NetName), 0)
@@ -116,16 +125,26 @@ type Missing interface {
 // requires (issue them from one goroutine, or order them yourself).
 type Comm struct {
 	mu sync.RWMutex // R: a call into NCCL with h; W: abort and destroy
-	// calls serializes the calls of NCCL on h, from the call that queues
-	// work until ncclCommGetAsyncError says it is no longer in progress:
-	// NCCL's communicator is not safe for concurrent calls (2.28's
+	// calls serializes the calls of NCCL on h (for a nonblocking
+	// communicator from the call that queues work until
+	// ncclCommGetAsyncError says it is no longer in progress): NCCL's
+	// communicator is not safe for concurrent calls (2.28's
 	// ncclCommGetAsyncError joins and frees the launch thread of a
 	// nonblocking group; two callers free it twice), and a call made
 	// while the previous one is in progress fails with "Attempt to use
 	// communicator before the previous operation returned ncclSuccess".
-	// Only ncclCommAbort goes around it (under mu's write lock), as NCCL
-	// allows, so that a failure never waits for a call to end.
-	calls   sync.Mutex
+	// ncclCommAbort goes around it, as NCCL allows, so that a failure
+	// never waits for a call to end; so does ncclCommGetAsyncError of a
+	// blocking communicator, which then only reads NCCL's error state
+	// (torch.distributed's watchdog thread calls it so).
+	calls    sync.Mutex
+	blocking bool
+	// inCall is the blocking call in NCCL now, which the watchdog ends
+	// (by ncclCommAbort) at its deadline or when a peer is gone.
+	inCall atomic.Pointer[busyCall]
+	// aborted: ncclCommAbort was called (by abort, or by the watchdog on
+	// a call in progress without mu, which that call holds).
+	aborted atomic.Bool
 	order   uint64  // rank of the communicator in the order calls are taken
 	h       uintptr // ncclComm_t; 0 once aborted or destroyed
 	rank    int
@@ -156,8 +175,50 @@ type Comm struct {
 var commOrder atomic.Uint64
 
 // newComm makes the Go side of a communicator.
-func newComm(h uintptr, rank, size, dev int, ctx *cuda.Context, key string, timeout time.Duration) *Comm {
-	return &Comm{h: h, rank: rank, size: size, dev: dev, ctx: ctx, key: key, timeout: timeout, order: commOrder.Add(1)}
+func newComm(h uintptr, rank, size, dev int, ctx *cuda.Context, key string, timeout time.Duration, blocking bool) *Comm {
+	return &Comm{h: h, rank: rank, size: size, dev: dev, ctx: ctx, key: key, timeout: timeout, order: commOrder.Add(1), blocking: blocking}
+}
+
+// busyCall is a blocking call in NCCL: hp holds the handle it uses (for
+// initialization, where NCCL writes it before it waits for the peers).
+type busyCall struct {
+	op       string
+	seq      uint64
+	deadline time.Time
+	hp       *uintptr
+}
+
+// enter registers a call into NCCL of a blocking communicator with the
+// watchdog, which is started if it is not running; the returned func
+// ends it. A nonblocking communicator's calls return at once: nothing to
+// do.
+func (c *Comm) enter(op string, seq uint64, hp *uintptr) func() {
+	if !c.blocking {
+		return func() {}
+	}
+	c.wmu.Lock()
+	c.inCall.Store(&busyCall{op: op, seq: seq, deadline: time.Now().Add(c.timeout), hp: hp})
+	start := !c.watching
+	c.watching = true
+	c.wmu.Unlock()
+	if start {
+		go c.watchdog()
+	}
+	return func() { c.inCall.Store(nil) }
+}
+
+// kick aborts the communicator under the blocking call in progress, if
+// any, without mu (which that call holds): NCCL lets another thread abort
+// a communicator to end a call waiting for a peer.
+func (c *Comm) kick() {
+	b := c.inCall.Load()
+	if b == nil {
+		return
+	}
+	h := atomic.LoadUintptr(b.hp)
+	if h != 0 && c.aborted.CompareAndSwap(false, true) {
+		_ = onDevice(c.ctx, func() { call(sym_ncclCommAbort, h) })
+	}
 }
 
 // flight is an operation queued on a stream and not yet seen complete.
@@ -211,8 +272,8 @@ func onDevice(ctx *cuda.Context, fn func()) error {
 }
 
 // InitRank joins communicator id as rank of nranks on CUDA device dev
-// (ncclCommInitRankScalable with one id, nonblocking), waiting at most
-// cfg's timeout for the other ranks.
+// (ncclCommInitRankScalable with one id), waiting at most cfg's timeout
+// for the other ranks.
 func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 	if nranks < 1 {
 		return nil, fmt.Errorf("nccl: InitRank: nranks %d: must be at least 1", nranks)
@@ -227,12 +288,23 @@ func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nccl: InitRank: %w", err)
 	}
-	c := newComm(0, rank, nranks, dev, ctx, id.key(), cfg.timeout())
+	c := newComm(0, rank, nranks, dev, ctx, id.key(), cfg.timeout(), cfg == nil || !cfg.Nonblocking)
 	ncfg, name := newConfig(cfg)
 	var r Result
-	if err := onDevice(ctx, func() {
-		r = call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&c.h)), uintptr(nranks), uintptr(rank), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
-	}); err != nil {
+	// A blocking initialization waits in NCCL for the other ranks: the
+	// watchdog aborts the communicator at the deadline, which ends the
+	// wait. NCCL writes the handle into hs[0] before it waits; only the
+	// watchdog reads it meanwhile.
+	hs := make([]uintptr, 1)
+	done := c.enter("init", 0, &hs[0])
+	err = onDevice(ctx, func() {
+		r = call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&hs[0])), uintptr(nranks), uintptr(rank), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
+	})
+	done()
+	c.mu.Lock()
+	c.h = atomic.LoadUintptr(&hs[0])
+	c.mu.Unlock()
+	if err != nil {
 		return nil, fmt.Errorf("nccl: InitRank: %w", err)
 	}
 	runtime.KeepAlive(name)
@@ -243,7 +315,7 @@ func InitRank(id UniqueID, nranks, rank, dev int, cfg *Config) (*Comm, error) {
 }
 
 // InitDevices makes one communicator per device of devs, all driven by
-// this process (as ncclCommInitAll does, but nonblocking and with the
+// this process (as ncclCommInitAll does, but with the
 // deadline of cfg): rank i runs on devs[i].
 func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
 	if len(devs) == 0 {
@@ -266,10 +338,17 @@ func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
 		if ctxs[i], err = zerocopy.DeviceContext(d); err != nil {
 			return nil, fmt.Errorf("nccl: InitDevices: %w", err)
 		}
-		comms[i] = newComm(0, i, len(devs), d, ctxs[i], id.key(), cfg.timeout())
+		comms[i] = newComm(0, i, len(devs), d, ctxs[i], id.key(), cfg.timeout(), cfg == nil || !cfg.Nonblocking)
 	}
 	ncfg, name := newConfig(cfg)
 	var first error
+	// Blocking: ncclGroupEnd initializes them all, this process being
+	// every rank; the watchdogs still bound it.
+	dones := make([]func(), len(comms))
+	hs := make([]uintptr, len(comms)) // as InitRank's
+	for i, c := range comms {
+		dones[i] = c.enter("init", 0, &hs[i])
+	}
 	runtime.LockOSThread()
 	if r := call(sym_ncclGroupStart); r != success {
 		runtime.UnlockOSThread()
@@ -281,7 +360,7 @@ func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
 			first = err
 			break
 		}
-		r := call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&comms[i].h)), uintptr(len(devs)), uintptr(i), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
+		r := call(sym_ncclCommInitRankScalable, uintptr(unsafe.Pointer(&hs[i])), uintptr(len(devs)), uintptr(i), 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(ncfg)))
 		restore()
 		if r != success && r != inProgress {
 			first = newError("ncclCommInitRankScalable", r, 0)
@@ -291,6 +370,12 @@ func InitDevices(devs []int, cfg *Config) ([]*Comm, error) {
 	r := call(sym_ncclGroupEnd)
 	runtime.UnlockOSThread()
 	runtime.KeepAlive(name)
+	for i, done := range dones {
+		done()
+		comms[i].mu.Lock()
+		comms[i].h = atomic.LoadUintptr(&hs[i])
+		comms[i].mu.Unlock()
+	}
 	if first == nil && r != success && r != inProgress {
 		first = newError("ncclGroupEnd", r, 0)
 	}
@@ -334,17 +419,20 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		return nil, err
 	}
 	seq := c.seq.Add(1)
-	ncfg, name := newConfig(&Config{Timeout: c.timeout})
+	ncfg, name := newConfig(&Config{Timeout: c.timeout, Nonblocking: !c.blocking})
 	var nh uintptr
 	var r Result
 	c.mu.RLock()
-	if c.h == 0 {
+	h := c.h
+	if h == 0 {
 		c.mu.RUnlock()
 		return nil, c.err("split")
 	}
+	done := c.enter("split", seq, &h)
 	err := onDevice(c.ctx, func() {
-		r = call(sym_ncclCommSplit, c.h, uintptr(int64(color)), uintptr(int64(key)), uintptr(unsafe.Pointer(&nh)), uintptr(unsafe.Pointer(ncfg)))
+		r = call(sym_ncclCommSplit, h, uintptr(int64(color)), uintptr(int64(key)), uintptr(unsafe.Pointer(&nh)), uintptr(unsafe.Pointer(ncfg)))
 	})
+	done()
 	c.mu.RUnlock()
 	runtime.KeepAlive(name)
 	if err != nil {
@@ -356,7 +444,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if nh == 0 {
 		return nil, nil
 	}
-	nc := newComm(nh, 0, 0, c.dev, c.ctx, fmt.Sprintf("%s.%d.%d", c.key, seq, color), c.timeout)
+	nc := newComm(nh, 0, 0, c.dev, c.ctx, fmt.Sprintf("%s.%d.%d", c.key, seq, color), c.timeout, c.blocking)
 	if err := nc.settle("split", inProgress, "ncclCommSplit", 0); err != nil {
 		return nil, err
 	}
@@ -375,13 +463,27 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 
 // settle turns the result r of call fn into an error, waiting (with the
 // deadline) while the nonblocking communicator reports ncclInProgress. A
-// failure aborts the communicator. The caller holds c.calls (or is the
-// only user of c): NCCL takes no other call of c until this one settled.
+// failure aborts the communicator; a call the watchdog ended fails with
+// what the watchdog saw (the deadline, a rank gone). The caller holds
+// c.calls (or is the only user of c): NCCL takes no other call of c until
+// this one settled.
 func (c *Comm) settle(op string, r Result, fn string, seq uint64) error {
 	if r != success && r != inProgress {
-		err := newError(fn, r, c.h)
+		if c.failed.Load() != nil {
+			return c.err(op)
+		}
+		err := newError(fn, r, 0)
 		c.fail(&OpError{Op: op, Seq: seq, Rank: c.rank, Size: c.size, Err: err})
 		return c.err(op)
+	}
+	if r == success && c.blocking {
+		// The call returned: NCCL queued the work (or, for
+		// initialization and finalization, did it). The watchdog
+		// follows what is queued.
+		if c.failed.Load() != nil {
+			return c.err(op)
+		}
+		return nil
 	}
 	start := time.Now()
 	deadline := start.Add(c.timeout)
@@ -457,9 +559,15 @@ func (c *Comm) AsyncError() error {
 	if p := c.failed.Load(); p != nil {
 		return *p
 	}
-	c.calls.Lock()
-	a, err := c.asyncError()
-	c.calls.Unlock()
+	var a Result
+	var err error
+	if c.blocking {
+		a, err = c.asyncError()
+	} else {
+		c.calls.Lock()
+		a, err = c.asyncError()
+		c.calls.Unlock()
+	}
 	if err != nil {
 		return err
 	}
@@ -552,12 +660,16 @@ func (c *Comm) lost(op string) error {
 // abort calls ncclCommAbort once: kernels of the communicator exit and its
 // resources go; the streams its operations were on run on.
 func (c *Comm) abort() {
+	// A blocking call in NCCL holds mu until it returns: end it first.
+	c.kick()
 	c.mu.Lock()
 	h := c.h
 	c.h = 0
 	c.mu.Unlock()
 	if h != 0 {
-		_ = onDevice(c.ctx, func() { call(sym_ncclCommAbort, h) })
+		if c.aborted.CompareAndSwap(false, true) {
+			_ = onDevice(c.ctx, func() { call(sym_ncclCommAbort, h) })
+		}
 		c.dropEvents()
 	}
 }
@@ -596,7 +708,9 @@ func (c *Comm) Finalize() error {
 	h := c.h
 	var r Result
 	if h != 0 {
+		done := c.enter("finalize", c.seq.Load(), &h)
 		_ = onDevice(c.ctx, func() { r = call(sym_ncclCommFinalize, h) })
+		done()
 	}
 	c.mu.RUnlock()
 	if h == 0 {
@@ -608,7 +722,7 @@ func (c *Comm) Finalize() error {
 	c.mu.Lock()
 	h, c.h = c.h, 0
 	c.mu.Unlock()
-	if h == 0 {
+	if h == 0 || c.aborted.Load() {
 		return c.err("finalize")
 	}
 	c.failed.CompareAndSwap(nil, ptrErr(fmt.Errorf("nccl: communicator %s: %w (finalized)", c.key, ErrAborted)))

@@ -5,6 +5,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/dlbridge/dlbridge/dlpack"
 	"github.com/dlbridge/dlbridge/nccl"
@@ -85,10 +89,26 @@ func TestChecksBeforeNCCL(t *testing.T) {
 }
 
 // One process drives two devices: a communicator per device, operations
-// launched together in one group (Batch).
+// launched together in one group (Batch), blocking and nonblocking.
 func TestInitDevicesBatch(t *testing.T) {
 	ranks(t, 2)
-	comms, err := nccl.InitDevices([]int{0, 1}, nil)
+	for _, tc := range []struct {
+		name string
+		cfg  *nccl.Config
+	}{
+		{"default", nil},
+		{"blocking", &nccl.Config{Timeout: 20 * time.Second}},
+		{"nonblocking", &nccl.Config{Timeout: 20 * time.Second, Nonblocking: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { initDevicesBatch(t, tc.cfg) })
+	}
+	if _, err := nccl.InitDevices([]int{0, 0}, nil); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a device listed twice: got %v", err)
+	}
+}
+
+func initDevicesBatch(t *testing.T, cfg *nccl.Config) {
+	comms, err := nccl.InitDevices([]int{0, 1}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +142,32 @@ func TestInitDevicesBatch(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, err := nccl.InitDevices([]int{0, 0}, nil); err == nil || !strings.Contains(err.Error(), "twice") {
-		t.Errorf("a device listed twice: got %v", err)
+}
+
+// A rank that never comes to initialization: a blocking InitRank waits in
+// NCCL, and the watchdog's abort ends it at the deadline; a nonblocking
+// one polls until the deadline. Both fail the same way.
+func TestInitDeadline(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	for _, nonblocking := range []bool{false, true} {
+		id, err := nccl.NewUniqueID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		c, err := nccl.InitRank(id, 2, 0, 0, &nccl.Config{Timeout: timeout, Nonblocking: nonblocking})
+		took := time.Since(start)
+		var oe *nccl.OpError
+		if c != nil || !errors.As(err, &oe) || !errors.Is(err, nccl.ErrTimeout) {
+			t.Fatalf("nonblocking=%v: rank 1 never comes: got %v, %v; want an OpError with ErrTimeout", nonblocking, c, err)
+		}
+		want := nccl.OpError{Op: "init", Rank: 0, Size: 2, Timeout: timeout, Err: oe.Err}
+		if diff := cmp.Diff(want, *oe, cmpopts.EquateErrors()); diff != "" {
+			t.Errorf("nonblocking=%v: error (-want +got):\n%s", nonblocking, diff)
+		}
+		if took < timeout || took > timeout+5*time.Second {
+			t.Errorf("nonblocking=%v: failed after %v, want just after the %v deadline", nonblocking, took, timeout)
+		}
 	}
 }
 

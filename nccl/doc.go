@@ -21,11 +21,13 @@
 // the work: the views' pending writes are ordered before it with events,
 // results are left pending on it (View.Stream), the host never waits.
 //
-// Communicators are nonblocking (ncclConfig_t.blocking = 0): every wait
-// has a deadline (Config.Timeout, DLBRIDGE_NCCL_TIMEOUT for FromEnv), and
-// the calls of a communicator are serialized until each settled, as NCCL
+// Communicators are blocking, as torch.distributed's (Config.Nonblocking
+// makes them nonblocking): an operation returns once NCCL queued it.
+// Every wait has a deadline (Config.Timeout, DLBRIDGE_NCCL_TIMEOUT for
+// FromEnv), and the calls of a communicator are serialized, as NCCL
 // requires. A watchdog follows the operations in flight with an event
-// each and ncclCommGetAsyncError; when one has not completed by its
+// each and ncclCommGetAsyncError, and the calls waiting in NCCL (an
+// initialization, a connection); when one has not completed by its
 // deadline, NCCL reports an error, or a rank of the communicator exited
 // (a World's control plane sees that at once; NCCL over NVLink never
 // does), the communicator is aborted and the next call returns an

@@ -301,8 +301,15 @@ func run(name string, specs []*spec) error {
 		}
 	}
 	seqs := make(map[*Comm]uint64, len(comms))
-	for _, c := range comms {
+	hs := make([]uintptr, len(comms))
+	for i, c := range comms {
 		seqs[c] = c.seq.Add(1)
+		hs[i] = c.h
+	}
+	// A blocking communicator's call may wait in NCCL (connecting to a
+	// peer on first use): the watchdog bounds it.
+	for i, c := range comms {
+		defer c.enter(name, seqs[c], &hs[i])()
 	}
 	var r Result
 	var failedOn *Comm
@@ -354,6 +361,13 @@ func run(name string, specs []*spec) error {
 		runtime.KeepAlive(s.dst)
 	}
 	if r != success && r != inProgress {
+		// The watchdog ended the call (deadline, a rank gone): its
+		// failure is the one to report.
+		for _, c := range comms {
+			if c.failed.Load() != nil {
+				return c.err(name)
+			}
+		}
 		if failedOn == nil {
 			failedOn = specs[0].comm
 		}
@@ -376,6 +390,11 @@ func run(name string, specs []*spec) error {
 	for _, s := range specs {
 		if s.dst != nil && (s.kind != kReduce || s.comm.rank == s.root) {
 			s.dst.SetStream(s.stream.Handle())
+		}
+	}
+	for _, c := range comms {
+		if c.failed.Load() != nil {
+			return c.err(name)
 		}
 	}
 	// One watched event per communicator and stream.
@@ -636,50 +655,95 @@ func (c *Comm) watchdog() {
 	var pause time.Duration
 	for {
 		c.wmu.Lock()
-		if len(c.flights) == 0 || c.failed.Load() != nil {
+		call := c.inCall.Load()
+		if (len(c.flights) == 0 && call == nil) || (c.failed.Load() != nil && call == nil) {
 			c.release(c.flights)
 			c.flights = nil
 			c.watching = false
 			c.wmu.Unlock()
 			return
 		}
-		f := c.flights[0]
+		var f flight
+		have := len(c.flights) > 0
+		if have {
+			f = c.flights[0]
+		}
 		c.wmu.Unlock()
+		if c.failed.Load() != nil {
+			// A blocking call is still in NCCL: abort under it
+			// until it returns (its handle may not be written yet).
+			c.kick()
+			pause = backoff(pause)
+			time.Sleep(pause)
+			continue
+		}
+		// The failure is blamed on the oldest operation in flight, else
+		// on the call in progress.
+		blame := func(timeout time.Duration, cause error) {
+			if have {
+				c.fail(c.opError(f.op, f.seq, timeout, cause))
+			} else {
+				c.fail(c.opError(call.op, call.seq, timeout, cause))
+			}
+		}
 
-		// NCCL's state is asked only between calls of the issuing
+		// A blocking communicator's error state may be read at any
+		// time; a nonblocking one's only between calls of the issuing
 		// goroutines (Comm.calls): while one is in progress its caller
 		// polls the same state and reports what goes wrong.
-		if c.calls.TryLock() {
-			a, err := c.asyncError()
+		var a Result
+		var aerr error = errSkipped
+		if c.blocking {
+			a, aerr = c.asyncError()
+		} else if c.calls.TryLock() {
+			a, aerr = c.asyncError()
 			c.calls.Unlock()
-			if err == nil && a != success && a != inProgress {
-				c.fail(c.opError(f.op, f.seq, 0, newError("ncclCommGetAsyncError", a, 0)))
+		}
+		if aerr == nil && a != success && a != inProgress {
+			blame(0, newError("ncclCommGetAsyncError", a, 0))
+			continue
+		}
+		if call != nil {
+			// Finalize waits for this rank's own operations only: those
+			// the lost rank had come to may complete (the flights
+			// fail the others, which aborts the communicator).
+			if g := c.gone.Load(); g != nil && call.op != "finalize" {
+				c.fail(c.opError(call.op, call.seq, 0, g.err))
+				continue
+			}
+			if time.Now().After(call.deadline) {
+				c.fail(c.opError(call.op, call.seq, c.timeout, ErrTimeout))
 				continue
 			}
 		}
-		done, qerr := f.ev.Query()
-		switch {
-		case qerr != nil:
-			c.fail(c.opError(f.op, f.seq, 0, qerr))
-			continue
-		case done:
-			c.wmu.Lock()
-			c.flights = c.flights[1:]
-			c.events = append(c.events, f.ev)
-			c.wmu.Unlock()
-			pause = 0
-			continue
-		case c.gone.Load() != nil:
-			c.fail(c.opError(f.op, f.seq, 0, c.gone.Load().err))
-			continue
-		case time.Now().After(f.deadline):
-			c.fail(c.opError(f.op, f.seq, c.timeout, ErrTimeout))
-			continue
+		if have {
+			done, qerr := f.ev.Query()
+			switch {
+			case qerr != nil:
+				c.fail(c.opError(f.op, f.seq, 0, qerr))
+				continue
+			case done:
+				c.wmu.Lock()
+				c.flights = c.flights[1:]
+				c.events = append(c.events, f.ev)
+				c.wmu.Unlock()
+				pause = 0
+				continue
+			case c.gone.Load() != nil:
+				c.fail(c.opError(f.op, f.seq, 0, c.gone.Load().err))
+				continue
+			case time.Now().After(f.deadline):
+				c.fail(c.opError(f.op, f.seq, c.timeout, ErrTimeout))
+				continue
+			}
 		}
 		pause = backoff(pause)
 		time.Sleep(pause)
 	}
 }
+
+// errSkipped: the watchdog did not ask NCCL this time.
+var errSkipped = errors.New("nccl: not asked")
 
 // release destroys the events of flights that will not be followed.
 func (c *Comm) release(fs []flight) {

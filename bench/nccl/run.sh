@@ -4,6 +4,7 @@
 # torch.distributed (torch_bench.py) on the same NCCL library in the same run,
 # over NVLink and with the network path forced (the stand-in for two nodes).
 #   bash build/gpu/bin/nccl-run.sh   # (a copy of bench/nccl/run.sh); log: $OUT/nccl-bench.log
+#   ROUNDS=1 bash build/gpu/bin/nccl-run.sh   # one round: about two minutes
 set -uo pipefail
 G=${G:-build/gpu}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -14,20 +15,24 @@ go_ranks() { # env... : two Go ranks on GPUs 0 and 1
   local port=$((29600 + RANDOM % 200))
   for r in 0 1; do
     env "$@" MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
-      timeout 300 "$G/bin/ncclbench" &
+      timeout 300 "$G/bin/ncclbench" "${args[@]}" &
   done
   wait
 }
 torch_ranks() {
-  env "$@" timeout 300 python3 -m torch.distributed.run --nproc-per-node=2 --master-port=$((29800 + RANDOM % 100)) "$G/bin/torch_bench.py"
+  env "$@" timeout 300 python3 -m torch.distributed.run --nproc-per-node=2 --master-port=$((29800 + RANDOM % 100)) "$G/bin/torch_bench.py" "${args[@]}"
 }
 {
   nvidia-smi topo -m
   for mode in nvlink socket; do
-    net=()
-    [ $mode = socket ] && net=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket)
-    echo "=== $mode ${net[*]}"
-    for round in 1 2; do # interleaved, twice: drift shows as a difference between rounds
+    net=() args=()
+    # The network path moves ~2.6 GB/s: 20 runs x 5 of 64 MiB-1 GiB would
+    # take many minutes a side. Both sides take the same smaller counts
+    # (the 4 KiB latency keeps its 1000 operations per run).
+    [ $mode = socket ] && net=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket) args=(--iters=3 --reps=3)
+    echo "=== $mode ${net[*]} ${args[*]}"
+    # Interleaved, ROUNDS times (2: drift shows as a difference between rounds; 1 halves the time).
+    for round in $(seq "${ROUNDS:-2}"); do
       torch_ranks "${net[@]}" 2>&1 | grep -E '^(#|torch)'
       # A Go rank's failure is a "# go rank N error: ..." line (each measurement has a
       # deadline); a crash of the runtime starts with "panic:" or "fatal error:".

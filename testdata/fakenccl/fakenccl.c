@@ -22,6 +22,12 @@
  *     call for a blocking communicator, in a thread for a nonblocking one
  *     (ncclConfig_t.blocking = 0: ncclCommGetAsyncError answers
  *     ncclInProgress until all joined), at ncclGroupEnd inside a group.
+ *   - Blocking communicators (the default, as NCCL's): a collective, a
+ *     send/receive or a group returns once its work is queued on the
+ *     stream; initialization and ncclCommFinalize wait in the call, and
+ *     ncclCommAbort from another thread ends that wait (the call fails).
+ *     ncclCommGetAsyncError of a blocking communicator only reads its
+ *     state and may be called from any thread at any time.
  *   - Operations run on the caller's stream, in its order, through the fake
  *     driver's fakecuda_launch_poll: when the stream reaches one, it posts
  *     this rank's data and completes once the peers' data are there (the
@@ -41,7 +47,8 @@
  *     concurrent calls (2.28's ncclCommGetAsyncError joins and frees the
  *     launch thread; two callers free it twice). Two calls of one
  *     communicator that overlap in time (ncclCommAbort excepted, which
- *     NCCL lets another thread call) make its asynchronous error
+ *     NCCL lets another thread call, and a blocking communicator's
+ *     ncclCommGetAsyncError) make its asynchronous error
  *     ncclInternalError, so that a caller that lets them overlap fails.
  *   - Failures: ncclCommAbort completes every queued operation of the
  *     communicator at once (its buffers untouched), as NCCL's kernels exit
@@ -340,6 +347,27 @@ static ncclResult_t join_wait(comm *c) {
     return ncclSuccess;
 }
 
+/* pin takes a reference for a call that waits: ncclCommAbort from another
+ * thread (which drops the caller's) must not free the communicator under
+ * it. */
+static void pin(comm *c) {
+    pthread_mutex_lock(&mu);
+    c->refs++;
+    pthread_mutex_unlock(&mu);
+}
+
+static void release(comm *c);
+
+/* blocking_join: a blocking communicator's initialization waits in the
+ * call, which an abort from another thread ends. */
+static ncclResult_t blocking_join(comm *c) {
+    pin(c);
+    ncclResult_t r = join_wait(c);
+    c->async = r;
+    release(c);
+    return r;
+}
+
 static void *join_thread(void *arg) {
     comm *c = arg;
     ncclResult_t r = join_wait(c);
@@ -626,8 +654,7 @@ static ncclResult_t flush_group(void) {
     for (int i = 0; i < nginits; i++) {
         comm *c = ginits[i];
         if (c->blocking) {
-            ncclResult_t r = join_wait(c);
-            c->async = r;
+            ncclResult_t r = blocking_join(c);
             if (r && !ret) ret = r;
         } else {
             pthread_t t;
@@ -828,11 +855,7 @@ static ncclResult_t init_rank(comm **out, const char *name, int nranks, int rank
         c->async = ncclInProgress;
         return ncclSuccess;
     }
-    if (blocking) {
-        r = join_wait(c);
-        c->async = r;
-        return r;
-    }
+    if (blocking) return blocking_join(c);
     c->async = ncclInProgress;
     c->refs++;
     pthread_t t;
@@ -962,6 +985,14 @@ static ncclResult_t split(comm *c, int color, int key, comm **out, void *cfg) {
 
 EXPORT ncclResult_t ncclCommGetAsyncError(comm *c, ncclResult_t *r) {
     if (!c || !r) return ncclInvalidArgument;
+    if (c->blocking) {
+        /* NCCL's only reads the error state (no launch thread to join):
+         * any thread may ask at any time, as torch.distributed's watchdog
+         * does while the main thread issues operations. */
+        if (c->inflight > 0) check_peers(c);
+        *r = (ncclResult_t)__atomic_load_n(&c->async, __ATOMIC_ACQUIRE);
+        return ncclSuccess;
+    }
     int ok = enter(c, "ncclCommGetAsyncError");
     if (c->inflight > 0) check_peers(c);
     if (ok && c->launching && __atomic_load_n(&c->async, __ATOMIC_ACQUIRE) == ncclInProgress && ++c->polls >= 2) {
@@ -984,6 +1015,7 @@ EXPORT ncclResult_t ncclCommFinalize(comm *c) {
     if (r) return r;
     c->finalizing = 1;
     if (!c->blocking) return c->inflight > 0 ? ncclInProgress : ncclSuccess;
+    pin(c);
     while (c->inflight > 0 && !broken(c)) {
         pthread_mutex_lock(&mu);
         void *s = NULL;
@@ -994,7 +1026,11 @@ EXPORT ncclResult_t ncclCommFinalize(comm *c) {
         if (s) cu_stream_query(s);
         usleep(50);
     }
-    return ncclSuccess;
+    /* An abort from another thread ends the wait, as NCCL's. */
+    ncclResult_t res = !broken(c) ? ncclSuccess : c->aborted ? ncclInvalidUsage : (ncclResult_t)c->async;
+    if (c->aborted) set_err("fake NCCL: communicator aborted during ncclCommFinalize");
+    release(c);
+    return res;
 }
 
 EXPORT ncclResult_t ncclCommDestroy(comm *c) {
