@@ -282,9 +282,15 @@ def test_gpu_cupy_communicator_joins(rank_env, tmp_path, libs, maker):
     made: all-reduce, broadcast and a grouped exchange of 4 MiB each."""
     _two_gpus_with_torch()
     pytest.importorskip("cupy")
+    # NCCL refuses ranks of two versions: the dlbridge rank loads the NCCL
+    # CuPy's communicator runs on (found by what a process importing it maps).
+    probe = ("import cupy.cuda.nccl; print(next((l.split()[-1] for l in open('/proc/self/maps') "
+             "if '/libnccl.so' in l), ''))")
+    lib = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120).stdout.strip()
+    env = dict(rank_env, DLBRIDGE_LIBNCCL=lib) if lib else rank_env
     path = str(tmp_path / "uid")
     procs = [subprocess.Popen([sys.executable, RANK_SCRIPT, "pair"],
-                              env=dict(rank_env, RANK=str(r), NCCL_PAIR_LIB=libs[r], NCCL_PAIR_FILE=path,
+                              env=dict(env, RANK=str(r), NCCL_PAIR_LIB=libs[r], NCCL_PAIR_FILE=path,
                                        NCCL_PAIR_ID=maker),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     outs = []
