@@ -329,11 +329,14 @@ func TestUploadDMAsGoInPieceOrder(t *testing.T) {
 	if !cuda.Available() {
 		t.Skip("no CUDA driver")
 	}
-	secondPacked, firstQueued := make(chan struct{}), make(chan struct{})
-	var once1, once0 sync.Once
+	secondPacked, firstQueued, secondQueued := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once1, once0, onceQ1 sync.Once
 	// Two workers: while one holds piece 0, the other packs piece 1 and
-	// is then held in piece 2 until piece 0's DMA is queued, so that no
-	// piece two beyond it is packed meanwhile.
+	// is then held in piece 2 until the DMAs of pieces 0 and 1 are queued,
+	// so that no piece two beyond them is packed meanwhile. (Held only
+	// until piece 0's, a worker descheduled between packing piece 1 and
+	// queueing its DMA, as under qemu on a loaded machine, let pieces 2-4
+	// pass it, which is right for a late piece and not what this tests.)
 	order := uploadOrder(t, 2, func(step string, piece int) {
 		switch {
 		case step == "task-copied" && piece == 0:
@@ -342,8 +345,11 @@ func TestUploadDMAsGoInPieceOrder(t *testing.T) {
 			once1.Do(func() { close(secondPacked) })
 		case step == "task-copied" && piece >= 2:
 			waitFor(t, firstQueued, "piece 0's DMA")
+			waitFor(t, secondQueued, "piece 1's DMA")
 		case step == "dma-queued" && piece == 0:
 			once0.Do(func() { close(firstQueued) })
+		case step == "dma-queued" && piece == 1:
+			onceQ1.Do(func() { close(secondQueued) })
 		}
 	})
 	if len(order) < 2 || order[0] != 0 || order[1] != 1 {
