@@ -187,7 +187,7 @@ func (c *wantCheck) compile(w *Want, names *[]string) error {
 		for i, d := range w.Shape {
 			c.dims[i] = wantDim{size: d.Size, name: -1}
 			switch {
-			case d.Name != "" && !isIdent(d.Name):
+			case d.Name != "" && !IsIdent(d.Name):
 				return fmt.Errorf("Want with Shape[%d] named %q (want an identifier)", i, d.Name)
 			case d.Name != "" && d.Size != -1:
 				return fmt.Errorf("Want with Shape[%d] named %s and of size %d (a named dimension takes its size from the tensors)", i, d.Name, d.Size)
@@ -633,7 +633,7 @@ func parseDims(s string) ([]Dim, error) {
 		switch {
 		case f == "*":
 			dims = append(dims, AnyDim)
-		case isIdent(f):
+		case IsIdent(f):
 			dims = append(dims, Named(f))
 		default:
 			n, err := strconv.ParseInt(f, 10, 64)
@@ -649,9 +649,10 @@ func parseDims(s string) ([]Dim, error) {
 	return dims, nil
 }
 
-// isIdent reports whether s is a Python and Go identifier of ASCII letters,
-// digits and underscores.
-func isIdent(s string) bool {
+// IsIdent reports whether s is a Python and Go identifier of ASCII letters,
+// digits and underscores: what may name a dimension here, and a parameter
+// or function in a pyfunc schema.
+func IsIdent(s string) bool {
 	if s == "" {
 		return false
 	}

@@ -88,24 +88,11 @@ func checkName(name string) error {
 		return fmt.Errorf("name %q: want a namespace and a name, e.g. \"mylib.scale\"", name)
 	}
 	for _, p := range parts {
-		if !isIdent(p) {
+		if !zerocopy.IsIdent(p) {
 			return fmt.Errorf("name %q: %q is not an identifier", name, p)
 		}
 	}
 	return nil
-}
-
-func isIdent(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		if r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9' {
-			continue
-		}
-		return false
-	}
-	return true
 }
 
 // splitTop splits s at commas outside brackets and quotes.
@@ -148,7 +135,7 @@ func parseParam(s string) (SchemaParam, error) {
 	}
 	if i := strings.IndexByte(s, ':'); i >= 0 {
 		name := strings.TrimSpace(s[:i])
-		if !isIdent(name) {
+		if !zerocopy.IsIdent(name) {
 			return SchemaParam{}, fmt.Errorf("parameter %q: %q is not an identifier", s, name)
 		}
 		w, err := zerocopy.ParseWant(s[i+1:])
@@ -159,12 +146,12 @@ func parseParam(s string) (SchemaParam, error) {
 	}
 	if i := strings.IndexByte(s, '='); i >= 0 {
 		name := strings.TrimSpace(s[:i])
-		if !isIdent(name) {
+		if !zerocopy.IsIdent(name) {
 			return SchemaParam{}, fmt.Errorf("parameter %q: %q is not an identifier", s, name)
 		}
 		return SchemaParam{Name: name, Default: strings.TrimSpace(s[i+1:]), HasDefault: true}, nil
 	}
-	if !isIdent(s) {
+	if !zerocopy.IsIdent(s) {
 		return SchemaParam{}, fmt.Errorf("parameter %q is not an identifier (a tensor is \"x: float32 [N]\", a scalar \"n\" or \"n=1\")", s)
 	}
 	return SchemaParam{Name: s}, nil
