@@ -16,6 +16,21 @@ func TestEveryOperationFourProcesses(t *testing.T) {
 	}
 }
 
+// TestLeavingRankIsNoFailure: a rank that closes its World after a split
+// it took part in does not fail a rank whose Split has yet to return.
+func TestLeavingRankIsNoFailure(t *testing.T) {
+	if os.Getenv("DLBRIDGE_GPU") == "1" {
+		t.Skip("FAKENCCL_SPLIT_DELAY_MS is the fake's")
+	}
+	res := spawn(t, "leave", ranks(t, 4), time.Minute, "DLBRIDGE_NCCL_TIMEOUT=20s",
+		"FAKENCCL_SPLIT_DELAY_MS=500", "FAKENCCL_SPLIT_DELAY_RANK=0")
+	for _, r := range res {
+		if r.code != 0 || !strings.Contains(r.output, "ok") {
+			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
+		}
+	}
+}
+
 // opTimeout is the deadline of the failure tests: short against the fake,
 // and on a GPU long enough for NCCL's own initialization (a second or
 // more: contexts, topology, connections), which the deadline also bounds.

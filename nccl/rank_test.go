@@ -21,6 +21,7 @@ var scenarios = map[string]func(w *nccl.World) error{
 	"kill":  scenarioKill,
 	"hang":  scenarioHang,
 	"burst": scenarioBurst,
+	"leave": scenarioLeave,
 }
 
 func runScenario(name string) int {
@@ -36,8 +37,9 @@ func runScenario(name string) int {
 	}
 	if err := f(w); err != nil {
 		fmt.Fprintln(os.Stderr, "rank", w.Rank, name+":", err)
-		return 1
+		return 1 // no Close: the others learn of this end as of a crash, at once
 	}
+	w.Close() // a departure, not a failure, for ranks still finishing what this one joined
 	fmt.Println("rank", w.Rank, "ok")
 	return 0
 }
@@ -415,4 +417,22 @@ func scenarioHang(w *nccl.World) error {
 	// rank that exits first would be named as gone in their errors.
 	time.Sleep(3 * time.Second)
 	return nil
+}
+
+// scenarioLeave: every rank splits the communicator; the last rank, once
+// done, closes its World and exits while rank 0's Split still returns (the
+// fake holds it: FAKENCCL_SPLIT_DELAY_MS). A rank that left after taking
+// part is a departure, not a failure: rank 0's Split and what follows
+// succeed.
+func scenarioLeave(w *nccl.World) error {
+	c := w.Comm()
+	r := c.Rank()
+	sub, err := c.Split(r%2, r)
+	if err != nil {
+		return err
+	}
+	if err := sub.Finalize(); err != nil {
+		return err
+	}
+	return c.Finalize() // runScenario closes the World next
 }

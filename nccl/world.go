@@ -32,6 +32,7 @@ type World struct {
 	comm    *Comm
 	members []int // world rank of each rank of comm
 	dead    map[int]string
+	left    map[int]bool  // ranks whose Close said they leave (their end is no failure)
 	changed chan struct{} // closed and replaced when dead changes
 	ln      net.Listener
 	conns   map[int]net.Conn // rank 0: one per other rank; others: {0: rank 0}
@@ -138,6 +139,7 @@ const (
 	msgQuery   = 'Q' // rank -> 0 -> every rank: query id, key length, key, then for 0 -> rank nothing more
 	msgIssued  = 'A' // rank -> 0: query id, operations issued on that communicator (uint64; all ones: none)
 	msgStatus  = 'S' // 0 -> asking rank: query id, then (rank, issued uint64) per rank that answered
+	msgLeave   = 'L' // rank -> 0, 0 -> every rank: the sender's World.Close; its connection's end is no failure
 )
 
 const helloMagic = "DLBNCCL1"
@@ -182,7 +184,7 @@ func Join(o Options) (*World, error) {
 		return nil, fmt.Errorf("nccl: Join: rank %d of %d: want 0 <= rank < size", o.Rank, o.Size)
 	}
 	w := &World{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, cfg: o.Config, dev: o.Device,
-		dead: map[int]string{}, changed: make(chan struct{}), conns: map[int]net.Conn{},
+		dead: map[int]string{}, left: map[int]bool{}, changed: make(chan struct{}), conns: map[int]net.Conn{},
 		asks: map[int]uint32{}, answers: make(chan []byte, 4), queries: map[uint32]chan []byte{}}
 	if w.dev < 0 {
 		w.dev = o.LocalRank
@@ -315,10 +317,23 @@ func (w *World) serve(peer int, c net.Conn) {
 	for {
 		t, p, err := readFrame(c)
 		if err != nil {
-			w.lost(peer, "its connection closed (process exited?)")
+			w.mu.Lock()
+			left := w.left[peer]
+			w.mu.Unlock()
+			if !left {
+				w.lost(peer, "its connection closed (process exited?)")
+			}
 			return
 		}
 		switch {
+		case t == msgLeave:
+			// A rank that closes its World has finalized its communicators
+			// (their operations it took part in are done): others still in
+			// an operation it joined finish it. One it never joins ends at
+			// the deadline, as for a rank alive and behind.
+			w.mu.Lock()
+			w.left[peer] = true
+			w.mu.Unlock()
 		case t == msgDead && len(p) == 4:
 			w.lost(int(binary.LittleEndian.Uint32(p)), "rank 0 saw its connection close")
 		case t == msgRebuild && len(p) == 4 && w.Rank == 0:
@@ -714,12 +729,19 @@ func (w *World) Rebuild() (*Comm, error) {
 }
 
 // Close finalizes nothing (call Comm().Finalize first for a clean end) and
-// closes the control plane; the other ranks see this rank gone.
+// closes the control plane, saying so first: the other ranks take this
+// rank's end as a departure, not a failure (an operation it took part in
+// completes; one that still needs it ends at the deadline). A rank that
+// ends without Close (killed, crashed) fails the others' operations at
+// once.
 func (w *World) Close() error {
 	w.mu.Lock()
 	w.closed = true
 	conns := w.conns
 	w.mu.Unlock()
+	for r := range conns {
+		w.send(r, msgLeave, nil)
+	}
 	for _, c := range conns {
 		c.Close()
 	}

@@ -970,6 +970,12 @@ static ncclResult_t split(comm *c, int color, int key, comm **out, void *cfg) {
         keys[q] = rs(c, q)->ctl[1];
     }
     __atomic_store_n(&me->ctl_consumed, seq, __ATOMIC_RELEASE);
+    /* Fault injection: FAKENCCL_SPLIT_DELAY_MS holds the return of rank
+     * FAKENCCL_SPLIT_DELAY_RANK (of the communicator split) after the
+     * exchange, as a rank descheduled there would be: the others are done
+     * with the split and may already have left. */
+    const char *dms = getenv("FAKENCCL_SPLIT_DELAY_MS"), *drk = getenv("FAKENCCL_SPLIT_DELAY_RANK");
+    if (dms && drk && atoi(drk) == c->rank) usleep((useconds_t)atoi(dms) * 1000);
     int nsplit = ++c->nsplit;
     if (color < 0) return ncclSuccess; /* NCCL_SPLIT_NOCOLOR */
     int n = 0, newrank = 0;
