@@ -181,7 +181,30 @@ def _id_hex(unique_id):
     return b.hex()
 
 
-class Communicator:
+class _Closing:
+    """Closed once: with-blocks and garbage collection close it, as the
+    handles of dlbridge.ipc are."""
+
+    _h = 0
+
+    def close(self):
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", 0):
+            try:
+                self.close()
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class Communicator(_Closing):
     """One rank of an NCCL communicator on one CUDA device.
 
     ``Communicator(nranks, unique_id, rank, device=None, timeout=None)``
@@ -329,19 +352,6 @@ class Communicator:
         if h:
             _core.dlb_nccl_comm_close(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", 0):
-            try:
-                self.close()
-            except Exception:
-                pass
-
     def __repr__(self):
         state = "closed" if not self._h else "cuda:%d" % self.device
         return "<dlbridge.nccl.Communicator rank %d of %d, %s>" % (self.rank, self.size, state)
@@ -387,7 +397,7 @@ class _Group:
         self._add(_BROADCAST, tensor if output is None else output, tensor, 0, src, stream)
 
 
-class World:
+class World(_Closing):
     """This process's place in a job started as torchrun starts one (see
     from_env): ``rank``, ``size``, ``local_rank``, the communicator of all
     its ranks (``comm``), and the control plane of the rendezvous, which
@@ -433,19 +443,6 @@ class World:
         h, self._h = self._h, 0
         if h:
             _core.dlb_nccl_world_close(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", 0):
-            try:
-                self.close()
-            except Exception:
-                pass
 
     def __repr__(self):
         return "<dlbridge.nccl.World rank %d of %d>" % (self.rank, self.size)
