@@ -116,3 +116,20 @@ func staleHandle(h Handle) error {
 	}
 	return Errorf(ValueError, "dlbridge: handle %#x is not live (closed, or never created)", uint64(h))
 }
+
+// objectOf returns the object of type T that h names in tab, the table of
+// one Python module's objects (dlbridge.ipc's, dlbridge.nccl's); mod and
+// what name them in the error: ValueError for a handle closed or never
+// made, TypeError for one of another kind.
+func objectOf[T any](tab *Table[any], h Handle, mod, what string) (T, error) {
+	var zero T
+	o, err := tab.Get(h)
+	if err != nil {
+		return zero, Errorf(ValueError, "%s: handle %#x is not a live %s (closed, or never created)", mod, uint64(h), what)
+	}
+	t, ok := o.(T)
+	if !ok {
+		return zero, Errorf(TypeError, "%s: handle %#x is not a %s", mod, uint64(h), what)
+	}
+	return t, nil
+}

@@ -18,16 +18,7 @@ import (
 var ipcObjects Table[any]
 
 func ipcGet[T any](h Handle, what string) (T, error) {
-	var zero T
-	o, err := ipcObjects.Get(h)
-	if err != nil {
-		return zero, err
-	}
-	t, ok := o.(T)
-	if !ok {
-		return zero, Errorf(TypeError, "dlbridge.ipc: handle %d is not a %s", uint64(h), what)
-	}
-	return t, nil
+	return objectOf[T](&ipcObjects, h, "dlbridge.ipc", what)
 }
 
 func ipcErr(err error) error {

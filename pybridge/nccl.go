@@ -30,16 +30,7 @@ import (
 var ncclObjects Table[any]
 
 func ncclGet[T any](h Handle, what string) (T, error) {
-	var zero T
-	o, err := ncclObjects.Get(h)
-	if err != nil {
-		return zero, Errorf(ValueError, "dlbridge.nccl: handle %#x is not a live %s (closed, or never created)", uint64(h), what)
-	}
-	t, ok := o.(T)
-	if !ok {
-		return zero, Errorf(TypeError, "dlbridge.nccl: handle %#x is not a %s", uint64(h), what)
-	}
-	return t, nil
+	return objectOf[T](&ncclObjects, h, "dlbridge.nccl", what)
 }
 
 // NCCLFailure is what Python's dlbridge.nccl.NCCLError carries: the
