@@ -62,6 +62,7 @@ type Pool struct {
 	fd       int                 // the exported descriptor (-1 once closed)
 	limit    int64               // bytes the pool may hand out
 	inUse    int64               // bytes of allocations not freed (cached ones too)
+	freeing  int64               // of inUse, bytes of blocks on their way to free (out of cache and retiring)
 	closed   bool
 	shared   bool // DevicePool's: never closed
 
@@ -316,7 +317,7 @@ func (p *Pool) retireAll() (n int, bytes int64, peers []string) {
 	deadline := time.Now().Add(p.retireTimeout())
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.retiring) > 0 && p.waitFreedLocked(deadline) {
+	for (len(p.retiring) > 0 || p.freeing > 0) && p.waitFreedLocked(deadline) {
 	}
 	seen := map[*Conn]bool{}
 	for b := range p.retiring {
@@ -363,6 +364,7 @@ type retireReq struct {
 func (p *Pool) retireLocked(b *block, free []*block, ret []retireReq) ([]*block, []retireReq) {
 	b.retired = true
 	if len(b.mappers) == 0 && len(b.unmapping) == 0 {
+		p.freeing += b.size
 		return append(free, b), ret
 	}
 	p.retiring[b] = struct{}{}
@@ -411,11 +413,13 @@ func (p *Pool) freeableLocked(b *block) bool {
 	}
 	if _, ok := p.retiring[b]; ok {
 		delete(p.retiring, b)
+		p.freeing += b.size
 		return true
 	}
 	for i, x := range p.cache {
 		if x == b {
 			p.cache = append(p.cache[:i], p.cache[i+1:]...)
+			p.freeing += b.size
 			return true
 		}
 	}
@@ -545,7 +549,7 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 		// Over the limit: free or retire cached blocks, oldest first,
 		// until enough bytes are on their way back, and wait for them.
 		need := p.inUse + size - p.limit
-		var coming int64
+		coming := p.freeing // taken out of the cache or the retiring set, not yet freed
 		for b := range p.retiring {
 			coming += b.size
 		}
@@ -563,7 +567,7 @@ func (p *Pool) Alloc(s *cuda.Stream, dt dlpack.DataType, shape ...int64) (*zeroc
 			p.mu.Lock()
 			continue
 		}
-		if len(p.retiring) == 0 {
+		if len(p.retiring) == 0 && p.freeing == 0 {
 			inUse := p.inUse
 			p.mu.Unlock()
 			return nil, fmt.Errorf("ipc: Pool.Alloc(%v%v): %w: %d bytes in use of a %d-byte limit", dt, shape, ErrPoolFull, inUse, p.limit)
@@ -638,6 +642,7 @@ func (p *Pool) idle(b *block) {
 	}
 	b.cur = nil
 	if len(b.mappers) == 0 && len(b.unmapping) == 0 {
+		p.freeing += b.size
 		p.mu.Unlock()
 		p.free(b)
 		return
@@ -697,6 +702,7 @@ func (p *Pool) free(b *block) {
 	}
 	p.mu.Lock()
 	p.inUse -= b.size
+	p.freeing -= b.size
 	p.freed.Broadcast()
 	p.mu.Unlock()
 }
