@@ -575,6 +575,9 @@ func (c *Conn) read() {
 			for _, fd := range fds {
 				closeFD(fd)
 			}
+			// %v, not %w: what was wrong with the message is told, but
+			// the error matches ErrProtocol only (not ErrBadDescriptor).
+			err = fmt.Errorf("%w (%s): %v", ErrProtocol, c.peer, err)
 			reportError(err)
 			break
 		}

@@ -34,6 +34,14 @@ type Descriptor struct {
 // Descriptor.UnmarshalBinary and of imports of malformed descriptors.
 var ErrBadDescriptor = errors.New("ipc: malformed tensor descriptor")
 
+// ErrProtocol is matched by Recv's (and every later wait's) error once the
+// peer sent a message that is not the protocol (one that does not parse,
+// or a kind its side never sends): the connection ended there. Unlike
+// ErrBadDescriptor, which refuses one tensor of a connection that goes on,
+// it never matches ErrBadDescriptor, so that a loop that skips refused
+// tensors does not spin on an ended connection.
+var ErrProtocol = errors.New("ipc: a message from the peer could not be handled; the connection ended")
+
 const descVersion = 1
 
 // descFixed: version(1) flags(1) ndim(1) pad(1) dtype(4) pool(16) uuid(16)

@@ -164,6 +164,34 @@ func TestForgedDescriptor(t *testing.T) {
 	s.Synchronize()
 }
 
+// TestUnparsableTensorEndsConnection: a tensor message whose descriptor
+// does not parse ends the connection, and Recv says so with ErrProtocol,
+// every time and at once, never with ErrBadDescriptor: a consumer that
+// skips refused tensors (ErrBadDescriptor, the connection goes on) and
+// reads on would otherwise spin on the ended connection (it did, at a
+// hundred goroutines, in the soak).
+func TestUnparsableTensorEndsConnection(t *testing.T) {
+	f := newForger(t)
+	f.send(t, []byte{2, 1, 0, 0}, -1) // kind 2 (tensor): a descriptor of 3 bytes
+	f.conn.SetRecvTimeout(10 * time.Second)
+	for i := 0; i < 3; i++ {
+		t0 := time.Now()
+		v, err := f.conn.Recv()
+		if v != nil {
+			v.Close()
+		}
+		if !errors.Is(err, ipc.ErrProtocol) || errors.Is(err, ipc.ErrBadDescriptor) {
+			t.Fatalf("Recv %d: %v; want an error matching ErrProtocol and not ErrBadDescriptor", i+1, err)
+		}
+		if !strings.Contains(err.Error(), "3 bytes") {
+			t.Errorf("Recv %d: %v; want what was wrong with the message (3 bytes)", i+1, err)
+		}
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("Recv %d took %v on an ended connection", i+1, d)
+		}
+	}
+}
+
 // TestClaimDeadline: a server that accepts and never answers: Claim and
 // Recv end at their deadlines with ErrTimeout, naming the operation and
 // the peer's process.

@@ -254,7 +254,7 @@ func TestSoakMutatedPeers(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var honest, hostile, slowest atomic.Int64
-	var honestErr atomic.Value
+	var honestErr, stuck atomic.Value
 	wg.Add(1)
 	go func() { // the honest peer
 		defer wg.Done()
@@ -272,7 +272,14 @@ func TestSoakMutatedPeers(t *testing.T) {
 			default:
 			}
 			t0 := time.Now()
+			// A claim still unanswered after a second: what every
+			// goroutine waits on then, to tell what it waits behind.
+			dump := time.AfterFunc(time.Second, func() {
+				buf := make([]byte, 1<<22)
+				stuck.Store(string(buf[:runtime.Stack(buf, true)]))
+			})
 			v, err := c.Claim(token)
+			dump.Stop()
 			if d := time.Since(t0); int64(d) > slowest.Load() {
 				slowest.Store(int64(d))
 			}
@@ -352,6 +359,9 @@ func TestSoakMutatedPeers(t *testing.T) {
 		d, honest.Load(), time.Duration(slowest.Load()), hostile.Load(), reported.Load())
 	if s := time.Duration(slowest.Load()); s > 2*time.Second {
 		t.Errorf("an honest claim took %v among the hostile peers", s)
+	}
+	if s, ok := stuck.Load().(string); ok {
+		t.Logf("the goroutines a second into the last claim that took more than one:\n%s", s)
 	}
 	if honest.Load() == 0 || hostile.Load() == 0 {
 		t.Fatalf("%d honest claims, %d hostile connections", honest.Load(), hostile.Load())
