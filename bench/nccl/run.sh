@@ -5,6 +5,7 @@
 # over NVLink and with the network path forced (the stand-in for two nodes).
 #   bash build/gpu/bin/nccl-run.sh   # (a copy of bench/nccl/run.sh); log: $OUT/nccl-bench.log
 #   ROUNDS=1 bash build/gpu/bin/nccl-run.sh   # one round: about two minutes
+#   MODES=socket bash build/gpu/bin/nccl-run.sh   # only the network path (nvlink, socket)
 set -uo pipefail
 G=${G:-build/gpu}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,7 +25,7 @@ torch_ranks() {
 }
 {
   nvidia-smi topo -m
-  for mode in nvlink socket; do
+  for mode in ${MODES:-nvlink socket}; do
     net=() args=()
     # The network path moves ~2.6 GB/s: 20 runs x 5 of 64 MiB-1 GiB would
     # take many minutes a side. Both sides take the same smaller counts
