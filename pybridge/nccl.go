@@ -19,13 +19,13 @@ import (
 // (a job joined from the environment), communicators and batches (grouped
 // operations) live in one handle table; tensors are tensor handles.
 //
-// The stream of an operation is decided here, once: the stream the caller
-// names; else the stream the tensors' pending write is on, which for a
-// tensor imported from PyTorch or CuPy is that framework's current stream
-// (dlbridge.from_dlpack records it); else dlbridge's work stream of the
-// communicator's device. The other tensors' pending writes are ordered
-// before it by events and the results are left pending on it: the host
-// never waits.
+// The stream of an operation is PlanStream's (EntryCollective): the stream
+// the caller names; else the stream the tensors' pending write is on,
+// which for a tensor imported from PyTorch or CuPy is that framework's
+// current stream (dlbridge.from_dlpack records it); else dlbridge's work
+// stream of the communicator's device. The other tensors' pending writes
+// are ordered before it by events and the results are left pending on it:
+// the host never waits.
 
 var ncclObjects Table[any]
 
@@ -352,22 +352,29 @@ type ncclOp struct {
 	dst, src *zerocopy.View
 	op       nccl.Op
 	root     int
-	raw      uintptr
+	given    StreamArg // the caller's stream=
+	name     string    // for messages: the kind's name, or all_to_all's
+	s        *cuda.Stream
 }
 
 // borrowOp takes views of the tensors of an operation (0: none) that are
 // its own, so that a batch launched later is not undone by the handles'
 // close in between (Python drops the tensor it made of a torch tensor when
 // the add returns); release with ret.
-func borrowOp(comm Handle, kind int, dst, src Handle, op, root int, raw uintptr) (*ncclOp, error) {
+func borrowOp(comm Handle, kind int, dst, src Handle, op, root int, stream StreamArg) (*ncclOp, error) {
 	if kind < 0 || kind >= ncclKinds {
 		return nil, Errorf(ValueError, "dlbridge.nccl: operation kind %d: want 0..%d", kind, ncclKinds-1)
 	}
+	return borrowNamed(comm, ncclKindNames[kind], kind, dst, src, op, root, stream)
+}
+
+// borrowNamed is borrowOp of an operation named name in messages.
+func borrowNamed(comm Handle, name string, kind int, dst, src Handle, op, root int, stream StreamArg) (*ncclOp, error) {
 	c, err := ncclGet[*nccl.Comm](comm, "communicator")
 	if err != nil {
 		return nil, err
 	}
-	o := &ncclOp{comm: c, kind: kind, op: nccl.Op(op), root: root, raw: raw}
+	o := &ncclOp{comm: c, kind: kind, op: nccl.Op(op), root: root, given: stream, name: name}
 	for _, p := range []struct {
 		h Handle
 		v **zerocopy.View
@@ -387,6 +394,11 @@ func borrowOp(comm Handle, kind int, dst, src Handle, op, root int, raw uintptr)
 			return nil, WithCode(ValueError, err)
 		}
 	}
+	// Decided now, so that a group's add refuses a wrong stream= itself.
+	if o.s, err = o.stream(); err != nil {
+		o.ret()
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -400,30 +412,24 @@ func (o *ncclOp) ret() {
 
 // stream is the operation's stream (see the top of this file).
 func (o *ncclOp) stream() (*cuda.Stream, error) {
-	dev := o.comm.Device()
-	raw := o.raw
+	dev := dlpack.CUDADevice(o.comm.Device())
+	ask := StreamAsk{Entry: EntryCollective, Op: "dlbridge.nccl." + o.name, Given: o.given, Devices: [2]dlpack.Device{dev}}
 	for _, v := range []*zerocopy.View{o.src, o.dst} {
-		if raw != 0 {
+		if v != nil && v.Device() == dev && v.Stream() != 0 {
+			ask.Current = v.Stream()
 			break
 		}
-		if v != nil && v.Device() == dlpack.CUDADevice(dev) {
-			raw = v.Stream()
-		}
 	}
-	s, err := zerocopy.StreamOf(dev, raw)
-	if err != nil {
-		return nil, engineErr(err)
+	var plan StreamPlan
+	if err := PlanStream(&ask, &plan); err != nil {
+		return nil, err
 	}
-	return s, nil
+	return plan.Stream, nil
 }
 
 // add puts o into b.
-func (o *ncclOp) add(b *nccl.Batch) error {
-	s, err := o.stream()
-	if err != nil {
-		return err
-	}
-	c, dst, src := o.comm, o.dst, o.src
+func (o *ncclOp) add(b *nccl.Batch) {
+	c, dst, src, s := o.comm, o.dst, o.src, o.s
 	switch o.kind {
 	case NCCLAllReduce:
 		b.AllReduce(c, dst, src, o.op, s)
@@ -440,30 +446,28 @@ func (o *ncclOp) add(b *nccl.Batch) error {
 	case NCCLRecv:
 		b.Recv(c, dst, o.root, s)
 	}
-	return nil
 }
 
 // NCCLCollective queues one operation of communicator comm on the stream
-// raw (0: see the top of this file): kind (NCCLAllReduce...), the tensors
-// dst and src (0: none; src may be dst, in place), the reduction op and
-// the root (broadcast, reduce) or peer (send, recv).
-func NCCLCollective(comm Handle, kind int, dst, src Handle, op, root int, raw uintptr) error {
-	o, err := borrowOp(comm, kind, dst, src, op, root, raw)
+// the top of this file says (stream: the caller's stream=): kind
+// (NCCLAllReduce...), the tensors dst and src (0: none; src may be dst, in
+// place), the reduction op and the root (broadcast, reduce) or peer (send,
+// recv).
+func NCCLCollective(comm Handle, kind int, dst, src Handle, op, root int, stream StreamArg) error {
+	o, err := borrowOp(comm, kind, dst, src, op, root, stream)
 	if err != nil {
 		return err
 	}
 	defer o.ret()
 	var b nccl.Batch
-	if err := o.add(&b); err != nil {
-		return err
-	}
+	o.add(&b)
 	return ncclDone(ncclKindNames[kind], b.Launch())
 }
 
 // NCCLAllToAll sends block j of src to rank j and receives rank j's block
-// into block j of dst, on the stream raw (0: see the top of this file).
-func NCCLAllToAll(comm Handle, dst, src Handle, raw uintptr) error {
-	o, err := borrowOp(comm, NCCLSend, dst, src, 0, 0, raw)
+// into block j of dst, on the stream the top of this file says.
+func NCCLAllToAll(comm Handle, dst, src Handle, stream StreamArg) error {
+	o, err := borrowNamed(comm, "all_to_all", NCCLSend, dst, src, 0, 0, stream)
 	if err != nil {
 		return err
 	}
@@ -471,11 +475,7 @@ func NCCLAllToAll(comm Handle, dst, src Handle, raw uintptr) error {
 	if o.dst == nil || o.src == nil {
 		return Errorf(ValueError, "dlbridge.nccl: all_to_all needs both tensors")
 	}
-	s, err := o.stream()
-	if err != nil {
-		return err
-	}
-	return ncclDone("all_to_all", o.comm.AllToAll(o.dst, o.src, s))
+	return ncclDone("all_to_all", o.comm.AllToAll(o.dst, o.src, o.s))
 }
 
 // ncclBatch is operations gathered for one NCCL group (Python's
@@ -490,12 +490,12 @@ type ncclBatch struct {
 func NCCLBatchNew() Handle { return ncclObjects.Add(&ncclBatch{}) }
 
 // NCCLBatchAdd adds an operation (as NCCLCollective takes it) to batch h.
-func NCCLBatchAdd(h, comm Handle, kind int, dst, src Handle, op, root int, raw uintptr) error {
+func NCCLBatchAdd(h, comm Handle, kind int, dst, src Handle, op, root int, stream StreamArg) error {
 	b, err := ncclGet[*ncclBatch](h, "batch")
 	if err != nil {
 		return err
 	}
-	o, err := borrowOp(comm, kind, dst, src, op, root, raw)
+	o, err := borrowOp(comm, kind, dst, src, op, root, stream)
 	if err != nil {
 		return err
 	}
@@ -515,9 +515,7 @@ func NCCLBatchLaunch(h Handle) error {
 	defer retAll(ops)
 	var b nccl.Batch
 	for _, o := range ops {
-		if err := o.add(&b); err != nil {
-			return err
-		}
+		o.add(&b)
 	}
 	return ncclDone("group", b.Launch())
 }

@@ -36,6 +36,10 @@ import (
 //     queued there, so a copy from the host keeps it.
 //   - an IPC send without stream= hands the tensor over after its pending
 //     write; with one, after the work queued on it.
+//   - a collective (dlbridge.nccl) runs on the stream the tensors' pending
+//     write is on (PyTorch's or CuPy's current stream, for their tensors),
+//     else on dlbridge's work stream of the communicator's device; its
+//     results are left pending there.
 //   - an import from a producer that named its current stream leaves the
 //     write pending there (0, its NULL stream, is the legacy default
 //     stream); nothing waits at import.
@@ -73,6 +77,9 @@ const (
 	// before its own current stream (Current) rather than ours: the
 	// imported tensor's write is pending there.
 	EntryImport
+	// EntryCollective is an NCCL operation of a communicator on
+	// Devices[0]; Current is the stream its tensors' pending write is on.
+	EntryCollective
 )
 
 // StreamAsk is what PlanStream decides from.
@@ -86,7 +93,8 @@ type StreamAsk struct {
 	// Current is the framework's current stream on the device, as the
 	// producer of a call's tensor named it (EntryCall; 0: none), or as an
 	// imported tensor's producer named it (EntryImport; 0: its NULL
-	// stream, the legacy default stream).
+	// stream, the legacy default stream), or the stream a collective's
+	// tensors' write is pending on (EntryCollective; 0: none).
 	Current uintptr
 	// NonBlocking is the caller's non_blocking=.
 	NonBlocking bool
@@ -180,7 +188,7 @@ func planStream(a *StreamAsk, plan *StreamPlan) error {
 			return engineErr(err)
 		}
 		plan.Stream = s
-		plan.InFlight = a.NonBlocking || a.Private && a.Entry == EntryCopy
+		plan.InFlight = a.NonBlocking || a.Private && a.Entry == EntryCopy || a.Entry == EntryCollective
 		return nil
 	}
 	if run < 0 || a.Entry == EntrySend {
@@ -188,6 +196,14 @@ func planStream(a *StreamAsk, plan *StreamPlan) error {
 	}
 	if a.Entry == EntryCall && a.Current != 0 {
 		plan.Handle, plan.Device = a.Current, run
+		return nil
+	}
+	if a.Entry == EntryCollective && a.Current != 0 {
+		s, err := zerocopy.StreamOf(int(run), a.Current)
+		if err != nil {
+			return engineErr(err)
+		}
+		plan.Stream, plan.Handle, plan.Device, plan.InFlight = s, a.Current, run, true
 		return nil
 	}
 	s, err := zerocopy.WorkStream(int(run))
@@ -199,7 +215,10 @@ func planStream(a *StreamAsk, plan *StreamPlan) error {
 		return nil
 	}
 	plan.Stream = s
-	plan.InFlight = a.NonBlocking || a.Private && a.Entry == EntryCopy
+	plan.InFlight = a.NonBlocking || a.Private && a.Entry == EntryCopy || a.Entry == EntryCollective
+	if a.Entry == EntryCollective {
+		return nil // the tensors' writes are ordered by the operation's events, not by the legacy stream
+	}
 	if a.Private && isCUDA(a.Devices[0]) && isCUDA(a.Devices[1]) {
 		return nil
 	}
@@ -255,8 +274,11 @@ func wrongStreamDevice(a *StreamAsk, dev int32, devs []int32) error {
 		names[0], names[1] = names[1], names[0]
 	}
 	none := "None for dlbridge's own"
-	if a.Entry == EntrySend {
+	switch a.Entry {
+	case EntrySend:
 		none = "None to send after the tensor's pending write"
+	case EntryCollective:
+		none = "None for the tensors' current stream"
 	}
 	return Errorf(ValueError, "dlbridge: stream= is a stream of cuda:%d, but this %s runs on %s: pass a stream of %s (or %s)",
 		dev, a.Op, strings.Join(names, " and "), strings.Join(names, " or "), none)

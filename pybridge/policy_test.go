@@ -56,6 +56,11 @@ func TestPlanStream(t *testing.T) {
 		{"send, none given: after the pending write", StreamAsk{Entry: EntrySend, Op: "send", Devices: [2]dlpack.Device{cu0}}, 0, -1, false, ""},
 		{"send, a bare handle of another device", StreamAsk{Entry: EntrySend, Op: "send", Given: given(s1.Handle(), -1), Devices: [2]dlpack.Device{cu0}}, 0, 0, false,
 			"dlbridge: stream= is a stream of cuda:1, but this send runs on cuda:0: pass a stream of cuda:0 (or None to send after the tensor's pending write)"},
+		{"collective, none given: the tensors' pending stream", StreamAsk{Entry: EntryCollective, Op: "dlbridge.nccl.all_reduce", Devices: [2]dlpack.Device{cu0}, Current: s0.Handle()}, s0.Handle(), 0, true, ""},
+		{"collective, nothing pending: the work stream", StreamAsk{Entry: EntryCollective, Op: "dlbridge.nccl.all_reduce", Devices: [2]dlpack.Device{cu1}}, w1.Handle(), 1, true, ""},
+		{"collective, handle 0 is the legacy stream", StreamAsk{Entry: EntryCollective, Op: "dlbridge.nccl.all_reduce", Given: given(0, -1), Devices: [2]dlpack.Device{cu0}, Current: s0.Handle()}, 1, 0, true, ""},
+		{"collective, a bare handle of another device", StreamAsk{Entry: EntryCollective, Op: "dlbridge.nccl.send", Given: given(s1.Handle(), -1), Devices: [2]dlpack.Device{cu0}}, 0, 0, false,
+			"dlbridge: stream= is a stream of cuda:1, but this dlbridge.nccl.send runs on cuda:0: pass a stream of cuda:0 (or None for the tensors' current stream)"},
 		{"import: the producer's stream", StreamAsk{Entry: EntryImport, Current: s0.Handle()}, s0.Handle(), -1, false, ""},
 		{"import: the producer's NULL stream is the legacy stream", StreamAsk{Entry: EntryImport}, 1, -1, false, ""},
 	}

@@ -179,19 +179,20 @@ func dlb_nccl_last_failure(buf *C.char, capacity C.int64_t, n *C.int64_t) C.int3
 
 // dlb_nccl_collective queues operation kind (pybridge.NCCLAllReduce...) of
 // communicator comm over tensors dst and src (0: none) with reduction op
-// and root (or peer) on stream.
+// and root (or peer), on the stream pybridge.PlanStream picks from the
+// caller's stream= (see streamArg).
 //
 //export dlb_nccl_collective
-func dlb_nccl_collective(comm C.uint64_t, kind C.int32_t, dst, src C.uint64_t, op, root C.int32_t, stream C.uint64_t) C.int32_t {
+func dlb_nccl_collective(comm C.uint64_t, kind C.int32_t, dst, src C.uint64_t, op, root C.int32_t, hasStream C.int32_t, stream C.uint64_t, streamDev C.int32_t) C.int32_t {
 	return fence(func() error {
-		return pybridge.NCCLCollective(pybridge.Handle(comm), int(kind), pybridge.Handle(dst), pybridge.Handle(src), int(op), int(root), uintptr(stream))
+		return pybridge.NCCLCollective(pybridge.Handle(comm), int(kind), pybridge.Handle(dst), pybridge.Handle(src), int(op), int(root), streamArg(hasStream, stream, streamDev))
 	})
 }
 
 //export dlb_nccl_all_to_all
-func dlb_nccl_all_to_all(comm, dst, src, stream C.uint64_t) C.int32_t {
+func dlb_nccl_all_to_all(comm, dst, src C.uint64_t, hasStream C.int32_t, stream C.uint64_t, streamDev C.int32_t) C.int32_t {
 	return fence(func() error {
-		return pybridge.NCCLAllToAll(pybridge.Handle(comm), pybridge.Handle(dst), pybridge.Handle(src), uintptr(stream))
+		return pybridge.NCCLAllToAll(pybridge.Handle(comm), pybridge.Handle(dst), pybridge.Handle(src), streamArg(hasStream, stream, streamDev))
 	})
 }
 
@@ -204,9 +205,9 @@ func dlb_nccl_batch_new(out *C.uint64_t) C.int32_t {
 // to batch h; its tensors stay borrowed until the batch launches or closes.
 //
 //export dlb_nccl_batch_add
-func dlb_nccl_batch_add(h, comm C.uint64_t, kind C.int32_t, dst, src C.uint64_t, op, root C.int32_t, stream C.uint64_t) C.int32_t {
+func dlb_nccl_batch_add(h, comm C.uint64_t, kind C.int32_t, dst, src C.uint64_t, op, root C.int32_t, hasStream C.int32_t, stream C.uint64_t, streamDev C.int32_t) C.int32_t {
 	return fence(func() error {
-		return pybridge.NCCLBatchAdd(pybridge.Handle(h), pybridge.Handle(comm), int(kind), pybridge.Handle(dst), pybridge.Handle(src), int(op), int(root), uintptr(stream))
+		return pybridge.NCCLBatchAdd(pybridge.Handle(h), pybridge.Handle(comm), int(kind), pybridge.Handle(dst), pybridge.Handle(src), int(op), int(root), streamArg(hasStream, stream, streamDev))
 	})
 }
 

@@ -144,19 +144,14 @@ def _tensor(obj, name):
     return from_dlpack(obj)
 
 
-def _stream(stream, device):
-    """stream= as a CUstream handle; None: 0, the stream Go decides (the
-    tensors' framework's current stream, else dlbridge's work stream). A
-    stream object of another device than the communicator's is a
-    ValueError; an explicit handle 0 is CUDA's legacy default stream."""
+def _stream(stream):
+    """stream= as the facts Go's stream policy (pybridge.PlanStream) decides
+    from: (given, handle, device); None: (0, 0, -1), the tensors' current
+    stream. Go refuses a stream of another device than the communicator's."""
     if stream is None:
-        return 0
-    from ._stream import _stream_device, as_stream_handle
-    dev = _stream_device(stream, None)
-    if dev is not None and dev != device:
-        raise ValueError("dlbridge.nccl: stream= is a stream of cuda:%d, but the communicator is on cuda:%d"
-                         % (dev, device))
-    return as_stream_handle(stream) or 1
+        return 0, 0, -1
+    from ._stream import stream_facts
+    return (1,) + stream_facts(stream)
 
 
 def get_unique_id():
@@ -257,7 +252,7 @@ class Communicator(_Closing):
         d = _tensor(dst, "output")
         s = d if src is dst else _tensor(src, "input")
         _call(_core.dlb_nccl_collective, self._live(), kind, d._handle() if d is not None else 0,
-              s._handle() if s is not None else 0, op, root, _stream(stream, self.device))
+              s._handle() if s is not None else 0, op, root, *_stream(stream))
 
     def all_reduce(self, tensor, op="sum", *, output=None, stream=None):
         """Reduces ``tensor`` over all ranks with ``op`` into ``output``
@@ -298,7 +293,7 @@ class Communicator(_Closing):
         into block j of ``output`` (both split into ``size`` blocks along
         their first dimension; torch.distributed.all_to_all_single)."""
         d, s = _tensor(output, "output"), _tensor(input, "input")
-        _call(_core.dlb_nccl_all_to_all, self._live(), d._handle(), s._handle(), _stream(stream, self.device))
+        _call(_core.dlb_nccl_all_to_all, self._live(), d._handle(), s._handle(), *_stream(stream))
 
     def split(self, color, key=None):
         """A communicator of the ranks of this one that pass the same
@@ -382,7 +377,7 @@ class _Group:
         s = d if src is dst else _tensor(src, "input")
         # Go borrows the tensors' memory until the group launches.
         _call(_core.dlb_nccl_batch_add, self._b, self._comm._live(), kind, d._handle() if d is not None else 0,
-              s._handle() if s is not None else 0, op, root, _stream(stream, self._comm.device))
+              s._handle() if s is not None else 0, op, root, *_stream(stream))
 
     def send(self, tensor, peer, *, stream=None):
         self._add(_SEND, None, tensor, 0, peer, stream)

@@ -534,14 +534,16 @@ static PyObject *x_dlb_nccl_abort(PyObject *mod, PyObject *const *args, Py_ssize
 }
 
 static PyObject *x_dlb_nccl_all_to_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 4, 4, "dlb_nccl_all_to_all") < 0) return NULL;
+	if (need_args(nargs, 6, 6, "dlb_nccl_all_to_all") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "comm", "uint64", UINT64_MAX, a0);
 	uint64_t a1; X_UINT(args[1], "dst", "uint64", UINT64_MAX, a1);
 	uint64_t a2; X_UINT(args[2], "src", "uint64", UINT64_MAX, a2);
-	uint64_t a3; X_UINT(args[3], "stream", "uint64", UINT64_MAX, a3);
+	int32_t a3; X_INT(args[3], "hasStream", "int32", INT32_MIN, INT32_MAX, a3);
+	uint64_t a4; X_UINT(args[4], "stream", "uint64", UINT64_MAX, a4);
+	int32_t a5; X_INT(args[5], "streamDev", "int32", INT32_MIN, INT32_MAX, a5);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.nccl_all_to_all(a0, a1, a2, a3); Py_END_ALLOW_THREADS
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_all_to_all(a0, a1, a2, a3, a4, a5); Py_END_ALLOW_THREADS
 	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
@@ -564,7 +566,7 @@ static PyObject *x_dlb_nccl_async_error(PyObject *mod, PyObject *const *args, Py
 }
 
 static PyObject *x_dlb_nccl_batch_add(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 8, 8, "dlb_nccl_batch_add") < 0) return NULL;
+	if (need_args(nargs, 10, 10, "dlb_nccl_batch_add") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "h", "uint64", UINT64_MAX, a0);
 	uint64_t a1; X_UINT(args[1], "comm", "uint64", UINT64_MAX, a1);
 	int32_t a2; X_INT(args[2], "kind", "int32", INT32_MIN, INT32_MAX, a2);
@@ -572,10 +574,12 @@ static PyObject *x_dlb_nccl_batch_add(PyObject *mod, PyObject *const *args, Py_s
 	uint64_t a4; X_UINT(args[4], "src", "uint64", UINT64_MAX, a4);
 	int32_t a5; X_INT(args[5], "op", "int32", INT32_MIN, INT32_MAX, a5);
 	int32_t a6; X_INT(args[6], "root", "int32", INT32_MIN, INT32_MAX, a6);
-	uint64_t a7; X_UINT(args[7], "stream", "uint64", UINT64_MAX, a7);
+	int32_t a7; X_INT(args[7], "hasStream", "int32", INT32_MIN, INT32_MAX, a7);
+	uint64_t a8; X_UINT(args[8], "stream", "uint64", UINT64_MAX, a8);
+	int32_t a9; X_INT(args[9], "streamDev", "int32", INT32_MIN, INT32_MAX, a9);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.nccl_batch_add(a0, a1, a2, a3, a4, a5, a6, a7); Py_END_ALLOW_THREADS
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_batch_add(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9); Py_END_ALLOW_THREADS
 	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }
@@ -611,17 +615,19 @@ static PyObject *x_dlb_nccl_batch_new(PyObject *mod, PyObject *const *args, Py_s
 }
 
 static PyObject *x_dlb_nccl_collective(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-	if (need_args(nargs, 7, 7, "dlb_nccl_collective") < 0) return NULL;
+	if (need_args(nargs, 9, 9, "dlb_nccl_collective") < 0) return NULL;
 	uint64_t a0; X_UINT(args[0], "comm", "uint64", UINT64_MAX, a0);
 	int32_t a1; X_INT(args[1], "kind", "int32", INT32_MIN, INT32_MAX, a1);
 	uint64_t a2; X_UINT(args[2], "dst", "uint64", UINT64_MAX, a2);
 	uint64_t a3; X_UINT(args[3], "src", "uint64", UINT64_MAX, a3);
 	int32_t a4; X_INT(args[4], "op", "int32", INT32_MIN, INT32_MAX, a4);
 	int32_t a5; X_INT(args[5], "root", "int32", INT32_MIN, INT32_MAX, a5);
-	uint64_t a6; X_UINT(args[6], "stream", "uint64", UINT64_MAX, a6);
+	int32_t a6; X_INT(args[6], "hasStream", "int32", INT32_MIN, INT32_MAX, a6);
+	uint64_t a7; X_UINT(args[7], "stream", "uint64", UINT64_MAX, a7);
+	int32_t a8; X_INT(args[8], "streamDev", "int32", INT32_MIN, INT32_MAX, a8);
 	NEED_LIBRARY(return NULL);
 	int32_t r;
-	Py_BEGIN_ALLOW_THREADS r = E.nccl_collective(a0, a1, a2, a3, a4, a5, a6); Py_END_ALLOW_THREADS
+	Py_BEGIN_ALLOW_THREADS r = E.nccl_collective(a0, a1, a2, a3, a4, a5, a6, a7, a8); Py_END_ALLOW_THREADS
 	if (r) return raise_last(r);
 	Py_RETURN_NONE;
 }

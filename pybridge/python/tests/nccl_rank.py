@@ -252,7 +252,12 @@ def api():
     expect(TypeError, "device", c.all_reduce, numpy.zeros(3, numpy.float32))
     if dlbridge.cuda_device_count() > 1:
         other = dlbridge.Stream(device=1 - min(dev, 1))
-        expect(ValueError, "stream= is a stream of cuda:%d" % (1 - min(dev, 1)), c.all_reduce, x, stream=other)
+        want = "stream= is a stream of cuda:%d, but this dlbridge.nccl.all_reduce runs on cuda:%d" % (1 - min(dev, 1), dev)
+        expect(ValueError, want, c.all_reduce, x, stream=other)
+        # A bare handle says no device: Go's stream policy asks the driver.
+        expect(ValueError, want, c.all_reduce, x, stream=other.cuda_stream)
+        with c.group() as g:
+            expect(ValueError, want.replace("all_reduce", "send"), g.send, x, 0, stream=other.cuda_stream)
     s = dlbridge.Stream(device=dev)
     c.all_reduce(x, "max", stream=s)
     s.synchronize()
