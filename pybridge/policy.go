@@ -43,6 +43,14 @@ import (
 //   - an import from a producer that named its current stream leaves the
 //     write pending there (0, its NULL stream, is the legacy default
 //     stream); nothing waits at import.
+//   - from_dlpack asks a producer's __dlpack__ for stream= its current
+//     stream when its probe names one (it has nothing to order), else
+//     dlbridge's work stream, before which it orders its writes; the
+//     imported tensor's write is pending on that stream.
+//   - an export orders the tensor's pending write before the consumer's
+//     stream=: None is the legacy default stream, -1 asks for no order; a
+//     C exchange API consumer orders itself after dlbridge's work stream
+//     (the current_work_stream it is told), so the write goes before that.
 //   - a write into existing memory is complete on return unless
 //     non_blocking, or unless it is Private and a device-to-device or
 //     host-to-device copy: nobody outside dlbridge can tell it from a
@@ -80,6 +88,14 @@ const (
 	// EntryCollective is an NCCL operation of a communicator on
 	// Devices[0]; Current is the stream its tensors' pending write is on.
 	EntryCollective
+	// EntryDLPackStream is the stream= from_dlpack passes to a producer's
+	// __dlpack__ for a tensor on CUDA device Devices[0]; Current is the
+	// producer's current stream as its probe named it (0: none).
+	EntryDLPackStream
+	// EntryExport orders a tensor's pending write on CUDA device
+	// Devices[0] before its consumer: Given is the consumer's stream=
+	// (Handle -1: no order), Exchange a C exchange API consumer.
+	EntryExport
 )
 
 // StreamAsk is what PlanStream decides from.
@@ -101,6 +117,8 @@ type StreamAsk struct {
 	// Private: no address of the tensors was given out (the caller's
 	// fact; PlanStream adds the engine's: capi checks the owners).
 	Private bool
+	// Exchange: an export to a consumer of the C exchange API (EntryExport).
+	Exchange bool
 }
 
 // StreamPlan is PlanStream's answer.
@@ -121,7 +139,7 @@ type StreamPlan struct {
 // PlanStream decides where the operation a describes runs, in *p; see
 // the rules at the top of this file.
 func PlanStream(a *StreamAsk, p *StreamPlan) error {
-	if a.Given.Given || a.Entry == EntryImport || a.Devices[0].Type == dlpack.CUDA || a.Devices[1].Type == dlpack.CUDA {
+	if a.Given.Given || a.Entry == EntryImport || a.Entry == EntryDLPackStream || a.Entry == EntryExport || a.Devices[0].Type == dlpack.CUDA || a.Devices[1].Type == dlpack.CUDA {
 		return planStream(a, p)
 	}
 	// Nothing on a device and no stream given: host work, no stream (the
@@ -132,12 +150,31 @@ func PlanStream(a *StreamAsk, p *StreamPlan) error {
 
 func planStream(a *StreamAsk, plan *StreamPlan) error {
 	*plan = StreamPlan{Device: -1}
-	if a.Entry == EntryImport {
+	switch a.Entry {
+	case EntryImport:
 		// Nothing runs: the write stays pending where the producer queued it.
 		plan.Handle = a.Current
 		if plan.Handle == 0 {
 			plan.Handle = uintptr(StreamLegacy)
 		}
+		return nil
+	case EntryDLPackStream:
+		plan.Handle, plan.Device = a.Current, a.Devices[0].ID
+		if plan.Handle == 0 {
+			plan.Handle = WorkStream(a.Devices[0].ID)
+		}
+		return nil
+	case EntryExport:
+		// Nothing runs here either: the consumer's stream waits (by event).
+		switch {
+		case a.Exchange:
+			plan.Handle = WorkStream(a.Devices[0].ID)
+		case !a.Given.Given:
+			plan.Handle = uintptr(StreamLegacy) // DLPack's stream=None
+		case int64(a.Given.Handle) != StreamNoSync:
+			plan.Handle = a.Given.Handle
+		}
+		plan.Device = a.Devices[0].ID
 		return nil
 	}
 	var cudaDevs [2]int32

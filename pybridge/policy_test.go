@@ -61,6 +61,12 @@ func TestPlanStream(t *testing.T) {
 		{"collective, handle 0 is the legacy stream", StreamAsk{Entry: EntryCollective, Op: "dlbridge.nccl.all_reduce", Given: given(0, -1), Devices: [2]dlpack.Device{cu0}, Current: s0.Handle()}, 1, 0, true, ""},
 		{"collective, a bare handle of another device", StreamAsk{Entry: EntryCollective, Op: "dlbridge.nccl.send", Given: given(s1.Handle(), -1), Devices: [2]dlpack.Device{cu0}}, 0, 0, false,
 			"dlbridge: stream= is a stream of cuda:1, but this dlbridge.nccl.send runs on cuda:0: pass a stream of cuda:0 (or None for the tensors' current stream)"},
+		{"from_dlpack asks for the producer's own stream", StreamAsk{Entry: EntryDLPackStream, Devices: [2]dlpack.Device{cu0}, Current: s0.Handle()}, s0.Handle(), 0, false, ""},
+		{"from_dlpack asks for the work stream", StreamAsk{Entry: EntryDLPackStream, Devices: [2]dlpack.Device{cu1}}, w1.Handle(), 1, false, ""},
+		{"export, stream=None: the legacy stream", StreamAsk{Entry: EntryExport, Devices: [2]dlpack.Device{cu0}}, 1, 0, false, ""},
+		{"export, the consumer's stream", StreamAsk{Entry: EntryExport, Devices: [2]dlpack.Device{cu0}, Given: given(s0.Handle(), -1)}, s0.Handle(), 0, false, ""},
+		{"export, stream=-1: no order", StreamAsk{Entry: EntryExport, Devices: [2]dlpack.Device{cu0}, Given: given(^uintptr(0), -1)}, 0, 0, false, ""},
+		{"export to a C exchange API consumer: the work stream", StreamAsk{Entry: EntryExport, Devices: [2]dlpack.Device{cu1}, Exchange: true}, w1.Handle(), 1, false, ""},
 		{"import: the producer's stream", StreamAsk{Entry: EntryImport, Current: s0.Handle()}, s0.Handle(), -1, false, ""},
 		{"import: the producer's NULL stream is the legacy stream", StreamAsk{Entry: EntryImport}, 1, -1, false, ""},
 	}

@@ -133,7 +133,7 @@ func Export(t *Tensor, req ExportRequest) (unsafe.Pointer, error) {
 			// exception) on such a capsule; legacy consumers are that old.
 			return nil, Errorf(BufferError, "dlbridge: __dlpack__: negative strides %s in a legacy (unversioned) DLPack capsule are refused: PyTorch < 2 aborts the process on them; ask with max_version=(1, 0) or later, copy=True, or use the array interface", zerocopy.FormatShape(v.Strides()))
 		}
-		if err := orderBefore(t, req); err != nil {
+		if err := orderBefore(t, req, false); err != nil {
 			return nil, err
 		}
 		return exportView(v, req.Versioned, false)
@@ -175,20 +175,20 @@ func checkConsumerStream(d dlpack.Device, req ExportRequest) error {
 	return nil
 }
 
-// OrderBefore orders the write pending on t before stream consumer (a
-// CUstream handle; 1 and 2 the default streams), as an export to that
-// stream does; host tensors wait for the write instead.
-func OrderBefore(t *Tensor, consumer uintptr) error {
-	if consumer == 0 {
-		return Errorf(ValueError, "dlbridge: stream 0 is ambiguous for CUDA (use 1 for the legacy default stream, 2 for per-thread)")
-	}
-	return orderBefore(t, ExportRequest{HasStream: true, Stream: int64(consumer)})
+// OrderBeforeExchange orders the write pending on t before a consumer of
+// the C exchange API (managed_tensor_from_py_object_no_sync), which has no
+// stream handshake and orders itself after dlbridge's work stream, the
+// current_work_stream it is told (PlanStream's EntryExport).
+func OrderBeforeExchange(t *Tensor) error {
+	return orderBefore(t, ExportRequest{}, true)
 }
 
-// orderBefore orders the write pending on t before the consumer: on a
-// CUDA device its stream waits (by event: zerocopy.View.OrderBefore); a
-// host consumer cannot be ordered, so the host waits for the write.
-func orderBefore(t *Tensor, req ExportRequest) error {
+// orderBefore orders the write pending on t before its consumer on the
+// stream PlanStream picks (EntryExport: req's stream=, or a C exchange API
+// consumer's): on a CUDA device that stream waits (by event:
+// zerocopy.View.OrderBefore); a host consumer cannot be ordered, so the
+// host waits for the write.
+func orderBefore(t *Tensor, req ExportRequest, exchange bool) error {
 	v := t.View
 	if v.Stream() == 0 {
 		return nil
@@ -197,14 +197,16 @@ func orderBefore(t *Tensor, req ExportRequest) error {
 	if d.Type != dlpack.CUDA && d.Type != dlpack.CUDAManaged {
 		return engineErr(v.Synchronize())
 	}
-	consumer := uintptr(StreamLegacy) // None means the legacy default stream
-	if req.HasStream {
-		if req.Stream == StreamNoSync {
-			return nil
-		}
-		consumer = uintptr(req.Stream)
+	ask := StreamAsk{Entry: EntryExport, Op: "export", Devices: [2]dlpack.Device{d}, Exchange: exchange,
+		Given: StreamArg{Given: req.HasStream, Handle: uintptr(req.Stream), Device: -1}}
+	var plan StreamPlan
+	if err := PlanStream(&ask, &plan); err != nil {
+		return err
 	}
-	return engineErr(v.OrderBefore(consumer))
+	if plan.Handle == 0 {
+		return nil // stream=-1: the consumer asked for no order
+	}
+	return engineErr(v.OrderBefore(plan.Handle))
 }
 
 // exportView hands v out through zerocopy (flags READ_ONLY, IS_COPIED and

@@ -34,6 +34,7 @@ int32_t dlb_copy_from_host(uint64_t dst, uint64_t ptr, uint8_t code, uint8_t bit
 int32_t dlb_copy_on(uint64_t dst, uint64_t src, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t nonBlocking, int32_t exposed);
 int32_t dlb_cuda_device_count(void);
 int32_t dlb_debug_spin_write(uint64_t h, uint32_t value, int64_t spinNS);
+int64_t dlb_dlpack_stream(int32_t dev, int64_t current);
 int32_t dlb_dtype_name(int32_t code, int32_t bits, int32_t lanes, char *buf, int32_t n);
 int32_t dlb_empty(char *dtype, int32_t ndim, int64_t *shape, int32_t devType, int32_t devID, int32_t zero, uint64_t *out, dlb_info *info);
 int32_t dlb_event_close(uint64_t h);
@@ -95,7 +96,7 @@ int32_t dlb_nccl_wait(uint64_t h);
 int32_t dlb_nccl_world_close(uint64_t h);
 int32_t dlb_nccl_world_info(uint64_t h, char *buf, int64_t capacity, int64_t *n);
 int32_t dlb_nccl_world_rebuild(uint64_t h, uint64_t *out);
-int32_t dlb_order_before(uint64_t h, int64_t stream);
+int32_t dlb_order_before_exchange(uint64_t h);
 int32_t dlb_parse_dtype(char *s, int32_t *code, int32_t *bits, int32_t *lanes);
 int32_t dlb_permute(uint64_t h, int32_t n, int32_t *order, uint64_t *out, dlb_info *info);
 int32_t dlb_pin_memory(uint64_t h, uint64_t *out, dlb_info *info);
@@ -128,6 +129,7 @@ typedef struct {
 	int32_t (*copy_on)(uint64_t dst, uint64_t src, int32_t hasStream, uint64_t stream, int32_t streamDev, int32_t nonBlocking, int32_t exposed);
 	int32_t (*cuda_device_count)(void);
 	int32_t (*debug_spin_write)(uint64_t h, uint32_t value, int64_t spinNS);
+	int64_t (*dlpack_stream)(int32_t dev, int64_t current);
 	int32_t (*dtype_name)(int32_t code, int32_t bits, int32_t lanes, char *buf, int32_t n);
 	int32_t (*empty)(char *dtype, int32_t ndim, int64_t *shape, int32_t devType, int32_t devID, int32_t zero, uint64_t *out, dlb_info *info);
 	int32_t (*event_close)(uint64_t h);
@@ -189,7 +191,7 @@ typedef struct {
 	int32_t (*nccl_world_close)(uint64_t h);
 	int32_t (*nccl_world_info)(uint64_t h, char *buf, int64_t capacity, int64_t *n);
 	int32_t (*nccl_world_rebuild)(uint64_t h, uint64_t *out);
-	int32_t (*order_before)(uint64_t h, int64_t stream);
+	int32_t (*order_before_exchange)(uint64_t h);
 	int32_t (*parse_dtype)(char *s, int32_t *code, int32_t *bits, int32_t *lanes);
 	int32_t (*permute)(uint64_t h, int32_t n, int32_t *order, uint64_t *out, dlb_info *info);
 	int32_t (*pin_memory)(uint64_t h, uint64_t *out, dlb_info *info);
@@ -223,6 +225,7 @@ typedef struct {
 	"dlb_copy_on", \
 	"dlb_cuda_device_count", \
 	"dlb_debug_spin_write", \
+	"dlb_dlpack_stream", \
 	"dlb_dtype_name", \
 	"dlb_empty", \
 	"dlb_event_close", \
@@ -284,7 +287,7 @@ typedef struct {
 	"dlb_nccl_world_close", \
 	"dlb_nccl_world_info", \
 	"dlb_nccl_world_rebuild", \
-	"dlb_order_before", \
+	"dlb_order_before_exchange", \
 	"dlb_parse_dtype", \
 	"dlb_permute", \
 	"dlb_pin_memory", \

@@ -493,19 +493,30 @@ func dlb_to_on(h C.uint64_t, devType, devID C.int32_t, hasStream C.int32_t, stre
 	})
 }
 
-// dlb_order_before orders the write pending on h before stream (a
-// CUstream; 1 and 2 the default streams): that stream's later work waits
-// for it, by event. For producers that hand out h without __dlpack__'s
-// stream handshake, such as the C exchange API's
-// managed_tensor_from_py_object_no_sync, whose consumer orders itself after
-// dlb_work_stream only: they call this with the work stream first.
+// dlb_order_before_exchange orders the write pending on h before a
+// consumer of the C exchange API's managed_tensor_from_py_object_no_sync,
+// which has no stream handshake and orders itself after the
+// current_work_stream it is told (pybridge.OrderBeforeExchange).
 //
 //dlb:nopy
-//export dlb_order_before
-func dlb_order_before(h C.uint64_t, stream C.int64_t) C.int32_t {
-	return withTensor(h, func(t *pybridge.Tensor) error {
-		return pybridge.OrderBefore(t, uintptr(stream))
-	})
+//export dlb_order_before_exchange
+func dlb_order_before_exchange(h C.uint64_t) C.int32_t {
+	return withTensor(h, pybridge.OrderBeforeExchange)
+}
+
+// dlb_dlpack_stream is the stream= from_dlpack passes to the __dlpack__ of
+// a producer of a tensor on CUDA device dev whose stream probe named
+// current (0: none), which is also the stream the imported tensor's write
+// is pending on (pybridge.PlanStream, EntryDLPackStream).
+//
+//dlb:value
+//export dlb_dlpack_stream
+func dlb_dlpack_stream(dev C.int32_t, current C.int64_t) C.int64_t {
+	var p pybridge.StreamPlan
+	if err := pybridge.PlanStream(&pybridge.StreamAsk{Entry: pybridge.EntryDLPackStream, Devices: [2]dlpack.Device{dlpack.CUDADevice(int(dev))}, Current: uintptr(current)}, &p); err != nil {
+		return C.int64_t(pybridge.StreamLegacy)
+	}
+	return C.int64_t(p.Handle)
 }
 
 // dlb_pin_memory is Tensor.pin_memory(): a copy in page-locked host memory.

@@ -756,16 +756,19 @@ def from_dlpack(obj, *, device=None, copy=None):
                 src = _check_device_pair(obj, src)
         stream = pending = None
         if src[0] == CUDA:
-            # As _core.c's consumer_stream: the producer's own current
-            # stream where a probe names it (no event), else our work stream.
+            # Go's stream policy picks stream= from what the producer's
+            # probe names (as _core.c's consumer_stream asks it); the write
+            # is pending there unless the producer copies to another device.
+            probed = 0
             if want is None or want == src:
                 probe = _stream_probes.get(type(obj), False)
                 if probe is False:
                     probe = _stream_probe(type(obj))
                 if probe is not None:
-                    stream = pending = probe(src[1]) or None
-            if stream is None:
-                stream = _core.dlb_work_stream(src[1])
+                    probed = probe(src[1]) or 0
+            stream = _core.dlb_dlpack_stream(src[1], probed)
+            if want is None or want == src:
+                pending = stream
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
             kwargs["dl_device"] = want

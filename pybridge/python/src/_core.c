@@ -1358,22 +1358,14 @@ static int device_pair(PyObject *v, int32_t out[2]) {
 }
 
 // consumer_stream is the stream= that from_dlpack passes to a CUDA
-// producer on device dev_id, in *stream, and in *pending the stream the
-// imported tensor's write is then pending on (0: our work stream). With a
-// stream probe that names the producer's current stream, that stream
-// itself: the producer has nothing to order (no event), and readers are
-// ordered after it when they need it, as for the C exchange API. Otherwise
-// our work stream, before which the producer orders its writes. 0 on
-// success, -1 with an exception.
-static int consumer_stream(PyObject *kind, int32_t dev_id, int64_t *stream, int64_t *pending) {
+// producer on device dev_id, which is also the stream the imported
+// tensor's write is pending on: Go's stream policy decides it
+// (dlb_dlpack_stream) from the stream the producer's probe names, if any.
+// 0 on success, -1 with an exception.
+static int consumer_stream(PyObject *kind, int32_t dev_id, int64_t *stream) {
 	int64_t s;
-	*pending = 0;
 	if (probe_stream(kind, dev_id, &s) < 0) return -1;
-	if (s > 0) {
-		*stream = *pending = s;
-		return 0;
-	}
-	*stream = work_stream(dev_id);
+	*stream = E.dlpack_stream(dev_id, s > 0 ? s : 0);
 	return 0;
 }
 
@@ -1426,9 +1418,8 @@ static PyObject *m_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t 
 	int64_t pending = 0;
 	if (pair[0] == DLB_CUDA) {
 		NEED_LIBRARY(goto done);
-		int64_t s;
-		if (consumer_stream(kind, pair[1], &s, &pending) < 0) goto done;
-		if (!(stream = PyLong_FromLongLong(s))) goto done;
+		if (consumer_stream(kind, pair[1], &pending) < 0) goto done;
+		if (!(stream = PyLong_FromLongLong(pending))) goto done;
 	} else {
 		Py_INCREF(stream);
 	}
@@ -1620,9 +1611,9 @@ static int ex_from_py(void *obj, dlb_DLManagedTensorVersioned **out) {
 	CTensor *t = obj;
 	if (check_open(t) < 0 || fresh_stream(t) < 0) return -1;
 	if (t->dev_type == DLB_CUDA && t->stream) {
-		// The consumer orders itself after our work stream only (it asked
-		// current_work_stream): put the tensor's pending write before it.
-		int32_t rc = E.order_before(t->handle, E.work_stream(t->dev_id));
+		// The consumer orders itself after the current_work_stream it was
+		// told only: Go puts the tensor's pending write before that.
+		int32_t rc = E.order_before_exchange(t->handle);
 		if (rc) {
 			raise_last(rc);
 			return -1;

@@ -58,6 +58,16 @@ static PyObject *x_dlb_debug_spin_write(PyObject *mod, PyObject *const *args, Py
 	Py_RETURN_NONE;
 }
 
+static PyObject *x_dlb_dlpack_stream(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+	if (need_args(nargs, 2, 2, "dlb_dlpack_stream") < 0) return NULL;
+	int32_t a0; X_INT(args[0], "dev", "int32", INT32_MIN, INT32_MAX, a0);
+	int64_t a1; X_INT(args[1], "current", "int64", INT64_MIN, INT64_MAX, a1);
+	NEED_LIBRARY(return NULL);
+	int64_t r;
+	Py_BEGIN_ALLOW_THREADS r = E.dlpack_stream(a0, a1); Py_END_ALLOW_THREADS
+	return PyLong_FromLongLong(r);
+}
+
 static PyObject *x_dlb_dtype_name(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
 	if (need_args(nargs, 3, 3, "dlb_dtype_name") < 0) return NULL;
 	int32_t a0; X_INT(args[0], "code", "int32", INT32_MIN, INT32_MAX, a0);
@@ -1012,6 +1022,7 @@ static PyMethodDef export_methods[] = {
 	{"dlb_close", (PyCFunction)(void (*)(void))x_dlb_close, METH_FASTCALL, NULL},
 	{"dlb_cuda_device_count", (PyCFunction)(void (*)(void))x_dlb_cuda_device_count, METH_FASTCALL, NULL},
 	{"dlb_debug_spin_write", (PyCFunction)(void (*)(void))x_dlb_debug_spin_write, METH_FASTCALL, NULL},
+	{"dlb_dlpack_stream", (PyCFunction)(void (*)(void))x_dlb_dlpack_stream, METH_FASTCALL, NULL},
 	{"dlb_dtype_name", (PyCFunction)(void (*)(void))x_dlb_dtype_name, METH_FASTCALL, NULL},
 	{"dlb_empty", (PyCFunction)(void (*)(void))x_dlb_empty, METH_FASTCALL, NULL},
 	{"dlb_event_close", (PyCFunction)(void (*)(void))x_dlb_event_close, METH_FASTCALL, NULL},
