@@ -407,8 +407,15 @@ static long env_ms(const char *name, long def);
 static void ipc_poison(alloc *a);
 static unsigned long long next_free_gen = 1;
 
+static void ipc_pool_release_unused(struct fipcpool *p);
+
 static void del_alloc(alloc *a) {
-    if (ipc_del_alloc(a)) { *a = allocs[--nallocs]; return; }
+    if (ipc_del_alloc(a)) {
+        struct fipcpool *p = a->ipool;
+        *a = allocs[--nallocs];
+        ipc_pool_release_unused(p);
+        return;
+    }
     if (a->kind == K_DEVICE || a->kind == K_MANAGED) used[a->dev] -= a->size;
     if (a->kind != K_REGISTERED) free((void *)a->base);
     *a = allocs[--nallocs];
@@ -2288,6 +2295,7 @@ typedef struct fipcpool {
     ipcblock *blocks;
     int nblocks, capblocks;
     long reused; /* allocations served by a block whose free was pending on their stream */
+    int destroyed; /* cuMemPoolDestroy ran: released with its last allocation */
 } fipcpool;
 
 static volatile unsigned long long *ipc_maps(fipcpool *p) {
@@ -2513,14 +2521,31 @@ EXPORT CUresult cuMemPoolCreate(void **pool, const fpoolprops *pp) {
     RETURN(0);
 }
 
-/* A destroyed pool's bookkeeping stays (memory still allocated from it may
- * be freed later, as the driver allows); only its handle goes. */
+/* ipc_pool_release_unused releases a destroyed pool (its mapping, its
+ * memfd, its bookkeeping) once no allocation is left in it: a process that
+ * imports and destroys pools for ever (a server of many peers) keeps no
+ * memory of them. */
+static void ipc_pool_release_unused(fipcpool *p) {
+    if (!p->destroyed) return;
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].ipool == p) return;
+    munmap(p->base - IPC_HDR, p->size + IPC_HDR);
+    if (p->fd >= 0) close(p->fd);
+    free(p->blocks);
+    free(p);
+}
+
+/* A destroyed pool's bookkeeping stays while memory allocated from it (or
+ * imported from it) lives, which may be freed later, as the driver allows;
+ * its handle goes at once. */
 EXPORT CUresult cuMemPoolDestroy(void *h) {
     ENTER("cuMemPoolDestroy");
     NEED_INIT();
     fipcpool *p = reg_find(h, H_POOL);
     if (!p) RETURN(CUDA_ERROR_INVALID_VALUE);
     reg_del(p);
+    p->destroyed = 1;
+    ipc_pool_release_unused(p);
     RETURN(0);
 }
 
