@@ -44,7 +44,7 @@ func (l *Lease) Begin(r Releaser, label string) error {
 	}
 	if l.holder.owner == nil {
 		l.owner.Init(r, label)
-		if err := l.holder.Init(leaseHolder, &l.owner); err != nil {
+		if err := l.holder.Init(&leaseHolder, &l.owner); err != nil {
 			return err
 		}
 		// The holder stays open for the Lease's life, and a Lease dropped

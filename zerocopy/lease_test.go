@@ -146,7 +146,7 @@ func TestLeaseRefusals(t *testing.T) {
 		}
 	}
 	var own zerocopy.View
-	if err := own.Init(*f32Spec(a), zerocopy.NewOwner(nil, "own")); err != nil {
+	if err := own.Init(f32Spec(a), zerocopy.NewOwner(nil, "own")); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Borrow(&own, f32Spec(a)); err == nil || !strings.Contains(err.Error(), "reference of its own") {

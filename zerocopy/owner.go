@@ -44,7 +44,11 @@ type Owner struct {
 	// (pending.go). It lives here, not on a View, because it belongs to the
 	// memory: a write through one view (a slice, a Retain, a Python handle
 	// of its own) must order every reader through any other.
-	pend  atomic.Pointer[pendingWrite]
+	pend atomic.Pointer[pendingWrite]
+	// spare is the pending write of this owner's last use, kept by Init
+	// for the next when no event marked it: an owner reused per call (a
+	// call's argument) then allocates none (pending.go, reuse).
+	spare *pendingWrite
 	rel   Releaser
 	label string
 }
@@ -71,7 +75,10 @@ func (o *Owner) Init(r Releaser, label string) {
 	if o.hooks.Load() != nil {
 		o.hooks.Store(nil)
 	}
-	if o.pend.Load() != nil {
+	if p := o.pend.Load(); p != nil {
+		if p.reusable() {
+			o.spare = p
+		}
 		o.pend.Store(nil)
 	}
 	o.refs = 1 // not shared yet: no other goroutine reads it

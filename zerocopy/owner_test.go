@@ -145,8 +145,8 @@ func ExampleOwner_OnRelease() {
 // from its earlier use stay closed, and Init of an open view is refused.
 func TestViewInitReuse(t *testing.T) {
 	a, b := []float32{1, 2, 3, 4}, []float32{5, 6, 7, 8}
-	spec := func(s []float32) zerocopy.Spec {
-		return zerocopy.Spec{Ptr: uintptr(unsafe.Pointer(&s[0])), Device: dlpack.Device{Type: dlpack.CPU},
+	spec := func(s []float32) *zerocopy.Spec {
+		return &zerocopy.Spec{Ptr: uintptr(unsafe.Pointer(&s[0])), Device: dlpack.Device{Type: dlpack.CPU},
 			DType: dlpack.DataType{Code: dlpack.Float, Bits: 32, Lanes: 1}, Shape: []int64{4}}
 	}
 	var (
@@ -230,7 +230,7 @@ func TestViewInitReuseLayout(t *testing.T) {
 	)
 	for _, c := range cases {
 		o.Init(nil, c.name)
-		err := v.Init(c.spec, &o)
+		err := v.Init(&c.spec, &o)
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Errorf("%s: err = %v, want one containing %q", c.name, err, c.wantErr)

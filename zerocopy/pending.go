@@ -64,17 +64,45 @@ func (p *pendingWrite) forget(h uintptr) {
 }
 
 // newPending describes a write queued on stream handle h (0: none) of
-// device dev (-1: unknown; this package's own streams are remembered).
+// device dev (-1: unknown; the device of one of this package's own streams
+// is looked up when a reader needs it, not here: a call's arguments make a
+// pending write each, and most are never waited for).
 func newPending(h uintptr, dev int) *pendingWrite {
 	if h == 0 {
 		return nil
 	}
-	if dev < 0 {
-		if o, ok := streamOwners.Load(h); ok {
-			dev = o.(int)
+	return &pendingWrite{stream: h, dev: dev}
+}
+
+// reusable reports whether an owner's Init may keep p for the owner's next
+// use: no event marks it, so no cleanup was registered on it and no stream
+// waits for it. The owner was released, which every marker's write of ev
+// comes before (its view held a reference), and no view reaches p now: ev
+// is read without p.mu, whose lock cost a call argument a tenth of its
+// time.
+func (p *pendingWrite) reusable() bool { return p.ev == nil }
+
+// pendingOn is a pending write on stream h for a new use of o: its spare
+// (see Owner.spare) made new again, else a new one.
+func (o *Owner) pendingOn(h uintptr) *pendingWrite {
+	p := o.spare
+	if p == nil {
+		return newPending(h, -1)
+	}
+	o.spare = nil
+	p.stream, p.dev, p.evd, p.waited = h, -1, nil, p.waited[:0]
+	p.done.Store(false)
+	return p
+}
+
+// device is the ordinal of the write's stream's device, -1 when unknown.
+func (p *pendingWrite) device() int {
+	if p.dev < 0 {
+		if o, ok := streamOwners.Load(p.stream); ok {
+			return o.(int)
 		}
 	}
-	return &pendingWrite{stream: h, dev: dev}
+	return p.dev
 }
 
 // pendingOn describes a write queued on s.
@@ -99,7 +127,26 @@ func (v *View) Stream() uintptr {
 // replaces the write pending before, which must be ordered before s's new
 // work by the caller. Every view of the same memory (the same Owner) shares
 // the write, whenever it was made.
-func (v *View) SetStream(s uintptr) { v.owner.pend.Store(newPending(s, -1)) }
+func (v *View) SetStream(s uintptr) {
+	if p := v.owner.pend.Load(); p != nil && p.stream == s && p.unmarked() {
+		// The write already pending on s is not marked yet: the event a
+		// reader records later marks this one too (a call's written
+		// argument, pending on the call's stream before and after).
+		return
+	}
+	v.owner.pend.Store(newPending(s, -1))
+}
+
+// unmarked reports whether no event marks the write yet and it is not
+// known complete: a later write on its stream may then take its place.
+func (p *pendingWrite) unmarked() bool {
+	if p.done.Load() {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ev == nil
+}
 
 // setPending records a write queued on s (nil: none).
 func (v *View) setPending(s *cuda.Stream) {
@@ -214,7 +261,7 @@ func (p *pendingWrite) wait(viewDev dlpack.Device) error {
 	if e != nil {
 		err = e.Synchronize()
 	} else {
-		for _, d := range candidates(p.dev, viewDev) {
+		for _, d := range candidates(p.device(), viewDev) {
 			if err = d.ctx.WrapStream(p.stream).Synchronize(); err == nil {
 				break
 			}
@@ -236,7 +283,7 @@ func (p *pendingWrite) marker(viewDev dlpack.Device) (*cuda.Event, *devState, er
 		return p.ev, p.evd, nil
 	}
 	var err error
-	for _, d := range candidates(p.dev, viewDev) {
+	for _, d := range candidates(p.device(), viewDev) {
 		var e *cuda.Event
 		if e, err = d.getEvent(); err != nil {
 			continue
@@ -441,5 +488,12 @@ func StreamOf(dev int, h uintptr) (*cuda.Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zerocopy: StreamOf(%d): %w", dev, err)
 	}
-	return d.ctx.WrapStream(h), nil
+	// The wrapper of the last handle asked for, unless something
+	// destroyed it through the wrapper (its handle is then 0).
+	if s := d.wrapped.Load(); s != nil && s.Handle() == h {
+		return s, nil
+	}
+	s := d.ctx.WrapStream(h)
+	d.wrapped.Store(s)
+	return s, nil
 }

@@ -89,9 +89,11 @@ func newView(s Spec, owner *Owner) (*View, error) {
 // their own state in one allocation, as importers do per tensor. v may
 // also be a closed view the caller made this way and is done with (a
 // reused allocation): views derived from its earlier use stay closed.
-// Init of an open view is an error.
-func (v *View) Init(s Spec, owner *Owner) error {
-	if err := v.init(&s, owner); err != nil {
+// Init of an open view is an error. s is read, not kept (by pointer: a
+// caller that fills one Spec per tensor in a loop passes it without a
+// copy, whose wide loads of just-written narrow fields stalled).
+func (v *View) Init(s *Spec, owner *Owner) error {
+	if err := v.init(s, owner); err != nil {
 		if owner != nil {
 			owner.Release()
 		}
@@ -121,7 +123,7 @@ func (v *View) init(s *Spec, owner *Owner) error {
 	}
 	v.owner = owner
 	if s.Stream != 0 { // a view of memory that has others keeps their pending write
-		v.owner.pend.Store(newPending(s.Stream, -1))
+		v.owner.pend.Store(owner.pendingOn(s.Stream))
 	}
 	trackLeak(v)
 	return nil

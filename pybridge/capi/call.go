@@ -402,7 +402,7 @@ func (sc *callScratch) tensorArg(f *pyfunc.Func, p *pyfunc.Param, ca *C.dlb_arg,
 		}
 		l.keeper.state = keepInCall // not shared yet
 		l.owner.Init(&l.keeper, "call argument")
-		if err := l.view.Init(*s, &l.owner); err != nil {
+		if err := l.view.Init(s, &l.owner); err != nil {
 			return nil, pybridge.WithCode(pybridge.BufferError, fmt.Errorf("%s: argument %s: %w", f.Name, p.Name, err)) // l is free again
 		}
 		side.lent = l

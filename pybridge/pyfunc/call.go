@@ -233,11 +233,9 @@ func (f *Func) CallInto(a *Args, out *Outcome) (err error) {
 		if a.Stream == 0 {
 			return ValueErrorf("%s: no CUDA stream for the call on cuda:%d", f.Name, dev)
 		}
-		ctx, err := zerocopy.DeviceContext(dev)
-		if err != nil {
+		if s, err = zerocopy.StreamOf(dev, a.Stream); err != nil {
 			return RuntimeErrorf("%s: cuda:%d: %w", f.Name, dev, err)
 		}
-		s = ctx.WrapStream(a.Stream)
 		out.Stream = a.Stream
 	}
 	// The arguments' pending writes come first: on the GPU by event (the

@@ -2959,6 +2959,24 @@ EXPORT long fakecuda_calls(const char *fn) {
     return n;
 }
 
+/* fakecuda_call_names writes the names of the entry points called since
+ * the last reset, one per line with its count ("cuEventRecord 3\n"), into
+ * buf (cap bytes, NUL-terminated), and returns how many there are: what a
+ * path costs in driver calls, all of them at once. */
+EXPORT int fakecuda_call_names(char *buf, size_t cap) {
+    size_t at = 0;
+    pthread_mutex_lock(&mu);
+    int n = ncounters;
+    for (int i = 0; i < ncounters && cap > 0; i++) {
+        int w = snprintf(buf + at, cap - at, "%s %ld\n", counters[i].name, counters[i].calls);
+        if (w < 0 || (size_t)w >= cap - at) break;
+        at += (size_t)w;
+    }
+    pthread_mutex_unlock(&mu);
+    if (cap > 0) buf[at < cap ? at : cap - 1] = 0;
+    return n;
+}
+
 EXPORT void fakecuda_reset_calls(void) {
     pthread_mutex_lock(&mu);
     ncounters = 0;

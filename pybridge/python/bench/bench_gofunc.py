@@ -24,7 +24,10 @@ bodies over two and nine tensors (pytest.noop2, pytest.noop9) and without
 arguments (pytest.nothing), on NumPy arrays and, on a GPU, on torch CUDA
 tensors with the caller's stream (both sides are checked to see it); on the
 host also scale(out, x, 2.0). Each line gives its ratio to tvm-ffi's cell
-of the same function.
+of the same function. Wherever dlbridge has a CUDA device (the fake driver's
+too, DLBRIDGE_LIBCUDA), the same three functions also run over tensors of a
+C exchange API producer built here (EXCHANGE_SRC), torch's way in without
+torch, beside tvm-ffi's.
 """
 
 import ctypes
@@ -62,6 +65,139 @@ C_SRC = r"""
 #include <stddef.h>
 void scale(float *out, const float *x, size_t n, float f) { for (size_t i = 0; i < n; i++) out[i] = x[i] * f; }
 """
+
+
+# A producer type with a DLPack C exchange API (DLPack 1.3's
+# DLPackExchangeAPI), as torch.Tensor has one, whose tensors describe any
+# address as float32 memory on a CUDA device, and whose current work stream
+# is whatever set_stream says: how dlbridge and tvm-ffi take torch-like CUDA
+# tensors through the exchange API, without torch or a GPU (the fake driver
+# gives dlbridge its device). Nothing reads the memory.
+EXCHANGE_SRC = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+typedef struct { uint32_t major, minor; } Ver;
+typedef struct { int32_t device_type, device_id; } Dev;
+typedef struct { uint8_t code, bits; uint16_t lanes; } DT;
+typedef struct { void *data; Dev device; int32_t ndim; DT dtype; int64_t *shape, *strides; uint64_t byte_offset; } DLT;
+typedef struct MT { Ver version; void *ctx; void (*deleter)(struct MT *); uint64_t flags; DLT dl; } MT;
+typedef struct Hdr { Ver version; struct Hdr *prev; } Hdr;
+typedef struct {
+    Hdr header;
+    void *alloc;
+    int (*mfrom)(void *, MT **);
+    void *mto;
+    int (*dlfrom)(void *, DLT *);
+    int (*stream)(int32_t, int32_t, void **);
+} API;
+typedef struct { PyObject_HEAD uint64_t ptr; int32_t dev; int64_t shape[1], strides[1]; } T;
+static uint64_t current;
+static void fill(T *t, DLT *d) {
+    d->data = (void *)(uintptr_t)t->ptr; d->device.device_type = 2; d->device.device_id = t->dev;
+    d->ndim = 1; d->dtype.code = 2; d->dtype.bits = 32; d->dtype.lanes = 1;
+    d->shape = t->shape; d->strides = t->strides; d->byte_offset = 0;
+}
+static int dlfrom(void *o, DLT *d) { fill(o, d); return 0; }
+static void del(MT *m) { Py_XDECREF((PyObject *)m->ctx); free(m); }
+static int mfrom(void *o, MT **out) {  /* as torch's: a new managed tensor that holds the object */
+    MT *m = malloc(sizeof *m);
+    if (!m) { PyErr_NoMemory(); return -1; }
+    m->version.major = 1; m->version.minor = 3; m->ctx = o; m->deleter = del; m->flags = 0;
+    Py_INCREF((PyObject *)o);
+    fill(o, &m->dl); *out = m; return 0;
+}
+static int stream(int32_t type, int32_t dev, void **out) { *out = (void *)(uintptr_t)current; return 0; }
+static API api = {{{1, 3}, NULL}, NULL, mfrom, NULL, dlfrom, stream};
+static int init(T *self, PyObject *args, PyObject *kw) {
+    unsigned long long p; long long n; int dev = 0;
+    if (!PyArg_ParseTuple(args, "KL|i", &p, &n, &dev)) return -1;
+    self->ptr = p; self->shape[0] = n; self->strides[0] = 1; self->dev = dev;
+    return 0;
+}
+static PyTypeObject TType = {PyVarObject_HEAD_INIT(NULL, 0) .tp_name = "xproducer.Tensor", .tp_basicsize = sizeof(T),
+    .tp_flags = Py_TPFLAGS_DEFAULT, .tp_new = PyType_GenericNew, .tp_init = (initproc)init};
+static PyObject *set_stream(PyObject *m, PyObject *a) {
+    current = PyLong_AsUnsignedLongLong(a);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {{"set_stream", set_stream, METH_O, NULL}, {NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "xproducer", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_xproducer(void) {
+    if (PyType_Ready(&TType) < 0) return NULL;
+    PyObject *cap = PyCapsule_New(&api, "dlpack_exchange_api", NULL);
+    if (!cap || PyDict_SetItemString(TType.tp_dict, "__dlpack_c_exchange_api__", cap) < 0) return NULL;
+    Py_DECREF(cap);
+    PyType_Modified(&TType);
+    PyObject *m = PyModule_Create(&mod);
+    if (!m) return NULL;
+    Py_INCREF(&TType);
+    PyModule_AddObject(m, "Tensor", (PyObject *)&TType);
+    return m;
+}
+"""
+
+
+def build_exchange_producer(tmp):
+    """The xproducer module built from EXCHANGE_SRC, or None without gcc or
+    Python's headers."""
+    inc = sysconfig.get_paths()["include"]
+    if not shutil.which("gcc") or not os.path.exists(os.path.join(inc, "Python.h")):
+        return None
+    src = os.path.join(tmp, "xproducer.c")
+    with open(src, "w") as f:
+        f.write(EXCHANGE_SRC)
+    so = os.path.join(tmp, "xproducer" + sysconfig.get_config_var("EXT_SUFFIX"))
+    r = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-I" + inc, src, "-o", so], capture_output=True, text=True)
+    if r.returncode != 0:
+        print("exchange producer not built:", r.stderr[-500:])
+        return None
+    sys.path.insert(0, tmp)
+    import xproducer  # noqa: E402
+    return xproducer
+
+
+def exchange_peers(peers):
+    """dlbridge's calls beside tvm-ffi's on tensors of a C exchange API
+    producer (EXCHANGE_SRC: torch's way in, without torch) on cuda:0, with
+    the producer's current stream a stream of dlbridge's: both bindings
+    take the tensors and the stream through the API. Runs wherever dlbridge
+    has a CUDA device, the fake driver's too (DLBRIDGE_LIBCUDA), where it is
+    the 2-core machine's stand-in for the torch CUDA cells of the GPU."""
+    ops = dlbridge.ops
+    if "pytest" not in dir(ops) or dlbridge.cuda_device_count() < 1:
+        return
+    tmp = tempfile.mkdtemp(prefix="dlb-xproducer-")
+    try:
+        xp = build_exchange_producer(tmp)
+        if xp is None:
+            return
+        side = dlbridge.Stream(device=0)
+        xp.set_stream(side.cuda_stream)
+        backing = [dlbridge.zeros(1024, device="cuda:0") for _ in range(9)]
+        xs = [xp.Tensor(b.data_ptr(), 1024, 0) for b in backing]
+        x, y = xs[0], xs[1]
+        d2, d9, dn = ops.pytest.noop2, ops.pytest.noop9, ops.pytest.nothing
+        seen = {"dlbridge": ops.pytest.stream_of(x)[0]}
+        cases = [("noop2", {"dlbridge pytest.noop2(x, y)": lambda: d2(x, y)}),
+                 ("noop9", {"dlbridge pytest.noop9(9 tensors)": lambda: d9(*xs)}),
+                 ("nothing", {"dlbridge pytest.nothing()": dn})]
+        if "tvm-ffi" in peers:
+            t = peers["tvm-ffi"]
+            t2, t9, tn = t.noop2, t.noop9, t.nothing
+            seen["tvm-ffi"] = t.stream_of(x)
+            cases[0][1]["tvm-ffi noop2(x, y)"] = lambda: t2(x, y)
+            cases[1][1]["tvm-ffi noop9(9 tensors)"] = lambda: t9(*xs)
+            cases[2][1]["tvm-ffi nothing()"] = tn
+        compare("exchange peers: a C exchange API producer's cuda:0 tensors (torch's way in, without torch), "
+                "its current stream a side stream, empty bodies", cases, 20000)
+        for lib, got in seen.items():
+            print("  %s's body is given the producer's stream: %s" % (
+                lib, "yes" if got == side.cuda_stream else "NO (%#x, the producer's is %#x)" % (got, side.cuda_stream)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_peers(tmp):
@@ -448,5 +584,6 @@ if __name__ == "__main__":
     host()
     peers = load_built_peers()
     host_peers(peers)
+    exchange_peers(peers)
     gpu()
     gpu_with_peers(peers)

@@ -1844,6 +1844,7 @@ static int ndarray_arg(PyObject *obj, dlb_arg *a, argkeep *k) {
 // The current stream a producer named for a device, asked once a call.
 typedef struct {
 	PyObject *kind; // the producer's kind (a reference go_call drops), NULL if none yet
+	dlb_exchange_api *ex; // kind's exchange API, read once a call (the capsule's name is compared)
 	int32_t dev;
 	int64_t stream;
 } stream_cache;
@@ -1898,7 +1899,7 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 		kind = producer_kind(Py_TYPE(obj), h_describe);
 		if (!kind) return -1;
 		if (PyCapsule_CheckExact(kind)) {
-			dlb_exchange_api *ex = PyCapsule_GetPointer(kind, "dlpack_exchange_api");
+			dlb_exchange_api *ex = cache->kind == kind ? cache->ex : PyCapsule_GetPointer(kind, "dlpack_exchange_api");
 			if (!ex) goto fail;
 			if (ex->header.version.major == 1 && ex->dltensor_from_py_object_no_sync) {
 				dlb_DLTensor dl;
@@ -1924,10 +1925,10 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 					if (cache->kind == kind && cache->dev == dl.device.device_id) {
 						s = cache->stream;
 					} else {
-						if (call_stream_of_kind(kind, dl.device.device_id, &s) < 0) goto fail;
+						if (ex->current_work_stream && exchange_stream(ex, dl.device.device_id, &s) < 0) goto fail;
 						Py_INCREF(kind);
 						Py_XDECREF(cache->kind);
-						cache->kind = kind, cache->dev = dl.device.device_id, cache->stream = s;
+						cache->kind = kind, cache->ex = ex, cache->dev = dl.device.device_id, cache->stream = s;
 					}
 					a->stream = s;
 					if (!*stream_known && s) *stream = s, *stream_known = 1;
@@ -2285,7 +2286,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 		Py_DECREF(r);
 		stream = (int64_t)h, stream_dev = (int32_t)d, stream_known = 1, given = 1;
 	}
-	stream_cache scache = {NULL, -1, 0};
+	stream_cache scache = {NULL, NULL, -1, 0};
 	int done = 0;
 	for (; done < np; done++) {
 		int i = done;
