@@ -1036,6 +1036,25 @@ typedef struct {
 	int (*current_work_stream)(int32_t, int32_t, void **);
 } dlb_exchange_api;
 
+// exchange_api_of is the DLPack C exchange API in capsule kind, or NULL
+// with an exception. The last capsule asked for is remembered (with a
+// reference, under the GIL): PyCapsule_GetPointer compares the capsule's
+// name, a tenth of a two-tensor call's time in C.
+static PyObject *last_api_capsule;
+static dlb_exchange_api *last_api;
+
+static dlb_exchange_api *exchange_api_of(PyObject *kind) {
+	if (kind == last_api_capsule) return last_api;
+	dlb_exchange_api *ex = PyCapsule_GetPointer(kind, "dlpack_exchange_api");
+	if (ex) {
+		PyObject *old = last_api_capsule;
+		Py_INCREF(kind);
+		last_api_capsule = kind, last_api = ex;
+		Py_XDECREF(old);
+	}
+	return ex;
+}
+
 // exchange_stream is the current work stream a producer's C exchange API
 // names for CUDA device dev (its NULL, the legacy default stream, as 1).
 // 0 on success, -1 with an exception.
@@ -1075,7 +1094,7 @@ static int probe_stream(PyObject *kind, int32_t dev, int64_t *out) {
 // write is on the producer's current work stream: every reader is ordered
 // after it when it reads, nothing waits at import.
 static PyObject *exchange_import(PyObject *cls, PyObject *obj, PyObject *api) {
-	dlb_exchange_api *ex = PyCapsule_GetPointer(api, "dlpack_exchange_api");
+	dlb_exchange_api *ex = exchange_api_of(api);
 	if (!ex) return NULL;
 	if (ex->header.version.major != 1 || !ex->managed_tensor_from_py_object_no_sync) {
 		PyErr_SetString(PyExc_BufferError, "dlbridge: the producer's DLPack exchange API has an unsupported version");
@@ -1757,7 +1776,7 @@ typedef struct {
 static int call_stream_of_kind(PyObject *kind, int32_t dev, int64_t *out) {
 	*out = 0;
 	if (PyCapsule_CheckExact(kind)) {
-		dlb_exchange_api *ex = PyCapsule_GetPointer(kind, "dlpack_exchange_api");
+		dlb_exchange_api *ex = exchange_api_of(kind);
 		if (!ex) return -1;
 		if (ex->header.version.major == 1 && ex->current_work_stream) return exchange_stream(ex, dev, out);
 		return 0;
@@ -1844,7 +1863,6 @@ static int ndarray_arg(PyObject *obj, dlb_arg *a, argkeep *k) {
 // The current stream a producer named for a device, asked once a call.
 typedef struct {
 	PyObject *kind; // the producer's kind (a reference go_call drops), NULL if none yet
-	dlb_exchange_api *ex; // kind's exchange API, read once a call (the capsule's name is compared)
 	int32_t dev;
 	int64_t stream;
 } stream_cache;
@@ -1899,7 +1917,7 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 		kind = producer_kind(Py_TYPE(obj), h_describe);
 		if (!kind) return -1;
 		if (PyCapsule_CheckExact(kind)) {
-			dlb_exchange_api *ex = cache->kind == kind ? cache->ex : PyCapsule_GetPointer(kind, "dlpack_exchange_api");
+			dlb_exchange_api *ex = exchange_api_of(kind);
 			if (!ex) goto fail;
 			if (ex->header.version.major == 1 && ex->dltensor_from_py_object_no_sync) {
 				dlb_DLTensor dl;
@@ -1928,7 +1946,7 @@ static int tensor_arg(gofn *g, int i, PyObject *obj, dlb_arg *a, argkeep *k, int
 						if (ex->current_work_stream && exchange_stream(ex, dl.device.device_id, &s) < 0) goto fail;
 						Py_INCREF(kind);
 						Py_XDECREF(cache->kind);
-						cache->kind = kind, cache->ex = ex, cache->dev = dl.device.device_id, cache->stream = s;
+						cache->kind = kind, cache->dev = dl.device.device_id, cache->stream = s;
 					}
 					a->stream = s;
 					if (!*stream_known && s) *stream = s, *stream_known = 1;
@@ -2286,7 +2304,7 @@ static PyObject *go_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 		Py_DECREF(r);
 		stream = (int64_t)h, stream_dev = (int32_t)d, stream_known = 1, given = 1;
 	}
-	stream_cache scache = {NULL, NULL, -1, 0};
+	stream_cache scache = {NULL, -1, 0};
 	int done = 0;
 	for (; done < np; done++) {
 		int i = done;
