@@ -66,7 +66,8 @@ func (p *pendingWrite) forget(h uintptr) {
 // newPending describes a write queued on stream handle h (0: none) of
 // device dev (-1: unknown; the device of one of this package's own streams
 // is looked up when a reader needs it, not here: a call's arguments make a
-// pending write each, and most are never waited for).
+// pending write each, and most are never waited for:
+// bench/results/callpath-2core).
 func newPending(h uintptr, dev int) *pendingWrite {
 	if h == 0 {
 		return nil
@@ -79,7 +80,7 @@ func newPending(h uintptr, dev int) *pendingWrite {
 // waits for it. The owner was released, which every marker's write of ev
 // comes before (its view held a reference), and no view reaches p now: ev
 // is read without p.mu, whose lock cost a call argument a tenth of its
-// time.
+// time (bench/results/callpath-2core).
 func (p *pendingWrite) reusable() bool { return p.ev == nil }
 
 // pendingOn is a pending write on stream h for a new use of o: its spare

@@ -91,7 +91,8 @@ func newView(s Spec, owner *Owner) (*View, error) {
 // reused allocation): views derived from its earlier use stay closed.
 // Init of an open view is an error. s is read, not kept (by pointer: a
 // caller that fills one Spec per tensor in a loop passes it without a
-// copy, whose wide loads of just-written narrow fields stalled).
+// copy, whose wide loads of just-written narrow fields stalled:
+// bench/results/callpath-2core).
 func (v *View) Init(s *Spec, owner *Owner) error {
 	if err := v.init(s, owner); err != nil {
 		if owner != nil {
