@@ -47,7 +47,7 @@ type Owner struct {
 	pend atomic.Pointer[pendingWrite]
 	// spare is the pending write of this owner's last use, kept by Init
 	// for the next when no event marked it: an owner reused per call (a
-	// call's argument) then allocates none (pending.go, reuse).
+	// call's argument) then allocates none (pending.go: pendingOn).
 	spare *pendingWrite
 	rel   Releaser
 	label string
