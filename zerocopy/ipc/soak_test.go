@@ -386,7 +386,12 @@ func TestSoakMutatedPeers(t *testing.T) {
 	}
 	grown, goGrown := rssBytes(t)-warmRSS, goHeld()-warmGo
 	t.Logf("from a tenth of the run to its end: the resident set grew by %d bytes, the memory Go's runtime holds by %d", grown, goGrown)
-	if grown > 64<<20 {
+	if e := os.Getenv("DLBRIDGE_EMULATED"); e != "" {
+		// The fake driver starts a thread per interprocess event record,
+		// and qemu-user keeps memory of every thread that ended
+		// (scripts/qemu-exec.sh): the native runs check the resident set.
+		t.Logf("the resident set is not checked under %s", e)
+	} else if grown > 64<<20 {
 		t.Errorf("the resident set grew by %d bytes from a tenth of the run to its end (the Go runtime's memory by %d of them)", grown, goGrown)
 	}
 }
