@@ -119,6 +119,12 @@ type Missing interface {
 	Missing(key string, seq uint64) (ranks []int, detail string)
 }
 
+// splitAdopter is a Missing that also answers for the communicators split
+// from one it answers for (World): Split has it learn their members.
+type splitAdopter interface {
+	adoptSplit(parent, child *Comm) error
+}
+
 // Comm is a communicator: one rank of an NCCL clique, on one device. Its
 // methods may be called from any goroutine; operations of one
 // communicator must be issued in the same order on every rank, as NCCL
@@ -458,6 +464,12 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		return nil, newError("ncclCommUserRank", r, nh)
 	}
 	nc.size, nc.rank = int(n), int(rk)
+	if a, ok := c.missing.(splitAdopter); ok {
+		if err := a.adoptSplit(c, nc); err != nil {
+			nc.abort()
+			return nil, fmt.Errorf("nccl: Split: %w", err)
+		}
+	}
 	return nc, nil
 }
 

@@ -68,6 +68,22 @@ func TestKilledRank(t *testing.T) {
 	}
 }
 
+// A rank that exits after a split fails its half's survivors at once on
+// the split communicator too (the World learned the split's members at
+// Split), and leaves the other half's operations alone.
+func TestKilledRankAfterSplit(t *testing.T) {
+	res := spawn(t, "splitkill", ranks(t, 4), 2*time.Minute, "DLBRIDGE_NCCL_TIMEOUT="+opTimeout(20*time.Second))
+	for _, r := range res {
+		if r.code != 0 {
+			t.Errorf("rank %d exited %d:\n%s", r.rank, r.code, r.output)
+		}
+	}
+	if len(res) == 4 && !strings.Contains(res[1].output, "expected failure") {
+		t.Errorf("rank 1 (the dead rank's half) did not report its failure:\n%s", res[1].output)
+	}
+	t.Logf("rank 1:\n%s", res[1].output)
+}
+
 // Operations issued back to back, with the watchdog following them from
 // its goroutine, never overlap a call of NCCL (the fake fails the
 // communicator when two calls overlap, which NCCL does not survive), and

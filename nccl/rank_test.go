@@ -22,6 +22,7 @@ var scenarios = map[string]func(w *nccl.World) error{
 	"hang":  scenarioHang,
 	"burst": scenarioBurst,
 	"leave": scenarioLeave,
+	"splitkill": scenarioSplitKill,
 }
 
 func runScenario(name string) int {
@@ -435,4 +436,65 @@ func scenarioLeave(w *nccl.World) error {
 		return err
 	}
 	return c.Finalize() // runScenario closes the World next
+}
+
+// scenarioSplitKill: the ranks split into even and odd halves; the last
+// rank exits after the split. Its half's survivor fails its next
+// operation on the split communicator at once, naming the rank, as on
+// the World's own communicator; the other half is untouched.
+func scenarioSplitKill(w *nccl.World) error {
+	c := w.Comm()
+	r, n := w.Rank, w.Size
+	sub, err := c.Split(r%2, r)
+	if err != nil {
+		return err
+	}
+	if r == n-1 {
+		os.Exit(0)
+	}
+	s, err := zerocopy.WorkStream(c.Device())
+	if err != nil {
+		return err
+	}
+	one, _ := toDevice(c.Device(), s, []int32{int32(r)})
+	start := time.Now()
+	err = sub.AllReduce(one, one, nccl.Sum, s)
+	if err == nil {
+		err = sub.Wait()
+	}
+	took := time.Since(start)
+	if r%2 != (n-1)%2 { // the other half: all its ranks are alive
+		if err != nil {
+			return fmt.Errorf("all_reduce in the half without the dead rank: %w", err)
+		}
+		got, err := toHost[int32](one, s)
+		if err != nil {
+			return err
+		}
+		want := int32(0)
+		for q := r % 2; q < n; q += 2 {
+			want += int32(q)
+		}
+		if err := check("all_reduce of a half", got, []int32{want}); err != nil {
+			return err
+		}
+		// Deaths reach the other ranks through rank 0's control plane:
+		// it stays until it has seen the exit (and told the others).
+		for deadline := time.Now().Add(10 * time.Second); !slices.Contains(w.Dead(), n-1); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("rank %d was not seen to exit within 10 s", n-1)
+			}
+		}
+		time.Sleep(time.Second)
+		return nil
+	}
+	var oe *nccl.OpError
+	if !errors.As(err, &oe) || !errors.Is(err, nccl.ErrPeerGone) || !slices.Equal(oe.Missing, []int{n - 1}) {
+		return fmt.Errorf("all_reduce on a split communicator with a dead rank: got %v, want an *OpError of ErrPeerGone missing [%d]", err, n-1)
+	}
+	fmt.Println("expected failure:", err)
+	if limit := sub.Timeout() / 2; took > limit {
+		return fmt.Errorf("the failure took %v: a rank known gone must end the wait on a split communicator too, not near the timeout %v", took, sub.Timeout())
+	}
+	return nil
 }

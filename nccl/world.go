@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlbridge/dlbridge/dlpack"
+	"github.com/dlbridge/dlbridge/zerocopy"
 )
 
 // World is this process's place in a job started as torchrun starts one:
@@ -30,7 +33,8 @@ type World struct {
 	dev     int
 	mu      sync.Mutex
 	comm    *Comm
-	members []int // world rank of each rank of comm
+	members []int           // world rank of each rank of comm
+	subs    map[*Comm][]int // communicators split from comm (and from them): world rank of each of their ranks
 	dead    map[int]string
 	left    map[int]bool  // ranks whose Close said they leave (their end is no failure)
 	changed chan struct{} // closed and replaced when dead changes
@@ -185,7 +189,7 @@ func Join(o Options) (*World, error) {
 	}
 	w := &World{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, cfg: o.Config, dev: o.Device,
 		dead: map[int]string{}, left: map[int]bool{}, changed: make(chan struct{}), conns: map[int]net.Conn{},
-		asks: map[int]uint32{}, answers: make(chan []byte, 4), queries: map[uint32]chan []byte{}}
+		asks: map[int]uint32{}, answers: make(chan []byte, 4), queries: map[uint32]chan []byte{}, subs: map[*Comm][]int{}}
 	if w.dev < 0 {
 		w.dev = o.LocalRank
 	}
@@ -384,12 +388,121 @@ const noComm = ^uint64(0)
 // with the given key.
 func (w *World) issued(key string) uint64 {
 	w.mu.Lock()
-	c := w.comm
+	c, _ := w.byKeyLocked(key)
 	w.mu.Unlock()
-	if c == nil || c.Key() != key {
+	if c == nil {
 		return noComm
 	}
 	return c.Issued()
+}
+
+// byKeyLocked is the communicator of this World with the given key (its
+// own or one split from it) and the world rank of each of its ranks, or
+// nil. Called with w.mu held.
+func (w *World) byKeyLocked(key string) (*Comm, []int) {
+	if c := w.comm; c != nil && c.Key() == key {
+		return c, w.membersLocked(c)
+	}
+	for c, m := range w.subs {
+		if c.Key() == key {
+			return c, m
+		}
+	}
+	return nil, nil
+}
+
+// membersLocked is the world rank of each rank of c, a communicator of
+// this World, or nil for another. Called with w.mu held.
+func (w *World) membersLocked(c *Comm) []int {
+	if c == w.comm {
+		if w.members == nil {
+			m := make([]int, w.Size)
+			for i := range m {
+				m[i] = i
+			}
+			return m
+		}
+		return w.members
+	}
+	return w.subs[c]
+}
+
+// adoptSplit learns the members of child, split from parent, when parent
+// is a communicator of this World: every rank of child contributes its
+// world rank (an all_gather of one int32 on child, on the device's work
+// stream), so that a rank's exit is told at once to the split
+// communicators it belongs to (PeerGone) and their failures name the
+// ranks missing, as for the World's own communicator. Comm.Split calls it
+// on every rank of the split, as a Missing that can.
+func (w *World) adoptSplit(parent, child *Comm) error {
+	w.mu.Lock()
+	pm := w.membersLocked(parent)
+	w.mu.Unlock()
+	if pm == nil {
+		return nil // not one of ours (an earlier communicator, since rebuilt)
+	}
+	got := make([]int32, child.Size())
+	if err := gatherInt32(child, int32(w.Rank), got); err != nil {
+		return fmt.Errorf("learning the members of the split: %w", err)
+	}
+	members := make([]int, len(got))
+	for i, r := range got {
+		if !slices.Contains(pm, int(r)) {
+			return fmt.Errorf("learning the members of the split: its rank %d says it is job rank %d, which is no rank of the communicator split", i, r)
+		}
+		members[i] = int(r)
+	}
+	child.SetMissing(w)
+	var gone []int
+	var whys []string
+	w.mu.Lock()
+	if !w.closed {
+		w.subs[child] = members
+		for _, r := range members {
+			if why, ok := w.dead[r]; ok {
+				gone = append(gone, r)
+				whys = append(whys, fmt.Sprintf("job rank %d: %s", r, why))
+			}
+		}
+	}
+	w.mu.Unlock()
+	if len(gone) > 0 { // a rank exited while the split was made
+		go child.PeerGone(gone, strings.Join(whys, "; "))
+	}
+	return nil
+}
+
+// gatherInt32 all-gathers x over c into out (one per rank) and waits for it
+// (the communicator's deadline bounds the wait).
+func gatherInt32(c *Comm, x int32, out []int32) error {
+	in, err := zerocopy.FromSlice([]int32{x})
+	if err != nil {
+		return err
+	}
+	host, err := zerocopy.FromSlice(out)
+	if err != nil {
+		return err
+	}
+	src, err := zerocopy.AllocCUDA(c.Device(), dlpack.Int32Type, 1)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := zerocopy.AllocCUDA(c.Device(), dlpack.Int32Type, int64(len(out)))
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	if err := zerocopy.CopyCUDA(src, in, nil); err != nil {
+		return err
+	}
+	if err := c.AllGather(dst, src, nil); err != nil {
+		return err
+	}
+	if err := c.Wait(); err != nil {
+		return err
+	}
+	return zerocopy.CopyCUDA(host, dst, nil)
 }
 
 // queryTimeout bounds a progress query: ranks that have not answered by
@@ -506,6 +619,11 @@ func (w *World) lost(r int, why string) {
 	if c := w.comm; c != nil && slices.Contains(w.members, r) {
 		go c.PeerGone([]int{r}, fmt.Sprintf("job rank %d: %s", r, why))
 	}
+	for c, m := range w.subs {
+		if slices.Contains(m, r) {
+			go c.PeerGone([]int{r}, fmt.Sprintf("job rank %d: %s", r, why))
+		}
+	}
 	var tell []net.Conn
 	if w.Rank == 0 {
 		for q, c := range w.conns {
@@ -546,7 +664,7 @@ func (w *World) Missing(key string, seq uint64) ([]int, string) {
 	for r, why := range w.dead {
 		dead[r] = why
 	}
-	members := w.members
+	_, members := w.byKeyLocked(key)
 	w.mu.Unlock()
 	if members == nil {
 		members = make([]int, w.Size)
@@ -737,6 +855,7 @@ func (w *World) Rebuild() (*Comm, error) {
 func (w *World) Close() error {
 	w.mu.Lock()
 	w.closed = true
+	w.subs = map[*Comm][]int{}
 	conns := w.conns
 	w.mu.Unlock()
 	for r := range conns {
