@@ -17,11 +17,11 @@ import (
 // The scenarios a rank process runs (spawn starts them). Each prints what
 // went wrong and answers its exit code: 0 for success.
 var scenarios = map[string]func(w *nccl.World) error{
-	"ops":   scenarioOps,
-	"kill":  scenarioKill,
-	"hang":  scenarioHang,
-	"burst": scenarioBurst,
-	"leave": scenarioLeave,
+	"ops":       scenarioOps,
+	"kill":      scenarioKill,
+	"hang":      scenarioHang,
+	"burst":     scenarioBurst,
+	"leave":     scenarioLeave,
 	"splitkill": scenarioSplitKill,
 }
 
