@@ -67,52 +67,10 @@ func (f *forger) send(t *testing.T, msg []byte, fd int) {
 // (DLBRIDGE_GPU=1).
 func TestForgedDescriptor(t *testing.T) {
 	needCUDA(t)
-	ctx, err := cuda.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Release()
-	mp, err := ctx.NewIPCMemPool(cuda.HandlePOSIXFD, 64<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	poolFD, err := mp.ExportFD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(poolFD)
-	s, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	ptr, err := s.MemAllocFromPoolAsync(mp, 256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.MemsetD32Async(ptr, 0x5a5a5a5a, 64); err != nil {
-		t.Fatal(err)
-	}
-	data, err := cuda.ExportPointer(ptr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := ctx.NewEvent(cuda.EventInterprocess)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
-	if err := ev.Record(s); err != nil {
-		t.Fatal(err)
-	}
-	ready, err := ev.IPCHandle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uuid, err := ctx.Device().UUID()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newPeerMem(t, 64<<20, 256, func(s *cuda.Stream, p cuda.DevicePtr) error {
+		return s.MemsetD32Async(p, 0x5a5a5a5a, 64)
+	})
+	poolFD, data, ready, uuid := m.poolFD, m.data, m.ready, m.uuid
 	sock := sockPath(t)
 	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
 	if err != nil {
@@ -156,12 +114,78 @@ func TestForgedDescriptor(t *testing.T) {
 		t.Errorf("the consumer saw %q, want %q", got, want)
 	}
 	// The consumer unmaps before it exits; only then is the allocation
-	// freed (the driver's order).
+	// freed (the driver's order: newPeerMem's cleanup runs after this).
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("consumer: %v", err)
 	}
-	s.MemFreeAsync(ptr)
-	s.Synchronize()
+}
+
+// peerMem is memory a peer that does not use this package shares: a pool
+// made for POSIX-fd handles on device 0 and its exported descriptor, an
+// allocation on a stream of the peer's own, the allocation's export data,
+// an interprocess event recorded after it was filled, and the device's
+// UUID. The test's cleanup frees them, in the driver's order.
+type peerMem struct {
+	poolFD int
+	data   cuda.PoolExportData
+	ready  cuda.IPCEventHandle
+	uuid   cuda.UUID
+}
+
+// newPeerMem makes peerMem of a limit-byte pool and an n-byte allocation
+// that fill (nil: none) writes on the peer's stream before the event.
+func newPeerMem(t *testing.T, limit uint64, n int64, fill func(*cuda.Stream, cuda.DevicePtr) error) *peerMem {
+	t.Helper()
+	ctx, err := cuda.Retain(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Release() })
+	mp, err := ctx.NewIPCMemPool(cuda.HandlePOSIXFD, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &peerMem{}
+	if m.poolFD, err = mp.ExportFD(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(m.poolFD) })
+	s, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	ptr, err := s.MemAllocFromPoolAsync(mp, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.MemFreeAsync(ptr)
+		s.Synchronize()
+	})
+	if fill != nil {
+		if err := fill(s, ptr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.data, err = cuda.ExportPointer(ptr); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := ctx.NewEvent(cuda.EventInterprocess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ev.Destroy() })
+	if err := ev.Record(s); err != nil {
+		t.Fatal(err)
+	}
+	if m.ready, err = ev.IPCHandle(); err != nil {
+		t.Fatal(err)
+	}
+	if m.uuid, err = ctx.Device().UUID(); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // TestUnparsableTensorEndsConnection: a tensor message whose descriptor

@@ -161,47 +161,8 @@ func TestSoakMutatedPeers(t *testing.T) {
 	baseUsed := usedBytes(t, pool)
 
 	// A pool of the hostile peer's own, to send with its messages.
-	ctx, err := cuda.Retain(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Release()
-	mp, err := ctx.NewIPCMemPool(cuda.HandlePOSIXFD, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	poolFD, err := mp.ExportFD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(poolFD)
-	s, err := ctx.NewStream(cuda.StreamNonBlocking, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	ptr, err := s.MemAllocFromPoolAsync(mp, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.MemFreeAsync(ptr)
-	data, err := cuda.ExportPointer(ptr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := ctx.NewEvent(cuda.EventInterprocess)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
-	if err := ev.Record(s); err != nil {
-		t.Fatal(err)
-	}
-	h, err := ev.IPCHandle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uuid, _ := ctx.Device().UUID()
+	m := newPeerMem(t, 1<<20, 4096, nil)
+	poolFD, data, h, uuid := m.poolFD, m.data, m.ready, m.uuid
 	var id [16]byte
 	id[0] = 9
 	desc := ipc.Descriptor{Pool: id, Device: uuid, Data: data, Size: 4096, DType: dlpack.Uint32Type,
