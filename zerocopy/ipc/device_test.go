@@ -119,20 +119,7 @@ func TestDevicePoolRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := sockPath(t)
-	ln, err := ipc.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan *ipc.Conn, 1)
-	go func() { c, _ := ipc.Dial(sock); done <- c }()
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	defer (<-done).Close()
+	peer := localPeer(t)
 	mk := map[string]func() (*zerocopy.View, error){
 		"another pool": func() (*zerocopy.View, error) { return other.Alloc(nil, dlpack.Float32Type, 16) },
 		"cuMemAlloc":   func() (*zerocopy.View, error) { return zerocopy.AllocCUDA(0, dlpack.Float32Type, 16) },

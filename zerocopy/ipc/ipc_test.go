@@ -415,20 +415,7 @@ func TestNotIPCMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	sock := sockPath(t)
-	ln, err := ipc.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan *ipc.Conn, 1)
-	go func() { c, _ := ipc.Dial(sock); done <- c }()
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	defer (<-done).Close()
+	peer := localPeer(t)
 	plain, err := zerocopy.AllocCUDAAsync(pool.Stream(), dlpack.Float32Type, 16)
 	if err != nil {
 		t.Fatal(err)
@@ -555,6 +542,32 @@ func TestServerClaims(t *testing.T) {
 	if _, err := srv.Offer(pool, plain, time.Second, 0); !errors.Is(err, ipc.ErrNotIPCMemory) {
 		t.Errorf("Offer of host memory: %v, want ErrNotIPCMemory", err)
 	}
+}
+
+// localPeer is the accepting end of a connection this process dialed to
+// a listener of its own (the sending side of in-process tests); both ends
+// close when the test ends.
+func localPeer(t *testing.T) *ipc.Conn {
+	t.Helper()
+	sock := sockPath(t)
+	ln, err := ipc.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *ipc.Conn, 1)
+	go func() { c, _ := ipc.Dial(sock); done <- c }()
+	peer, err := ln.Accept()
+	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		peer.Close()
+		if c := <-done; c != nil {
+			c.Close()
+		}
+	})
+	return peer
 }
 
 // acceptChild starts a child as role (see startChild), kills it when the
