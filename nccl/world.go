@@ -415,14 +415,7 @@ func (w *World) byKeyLocked(key string) (*Comm, []int) {
 // this World, or nil for another. Called with w.mu held.
 func (w *World) membersLocked(c *Comm) []int {
 	if c == w.comm {
-		if w.members == nil {
-			m := make([]int, w.Size)
-			for i := range m {
-				m[i] = i
-			}
-			return m
-		}
-		return w.members
+		return w.members // setComm sets both
 	}
 	return w.subs[c]
 }
