@@ -759,15 +759,15 @@ def from_dlpack(obj, *, device=None, copy=None):
             # Go's stream policy picks stream= from what the producer's
             # probe names (as _core.c's consumer_stream asks it); the write
             # is pending there unless the producer copies to another device.
-            probed = 0
-            if want is None or want == src:
+            probed, here = 0, want is None or want == src
+            if here:
                 probe = _stream_probes.get(type(obj), False)
                 if probe is False:
                     probe = _stream_probe(type(obj))
                 if probe is not None:
                     probed = probe(src[1]) or 0
             stream = _core.dlb_dlpack_stream(src[1], probed)
-            if want is None or want == src:
+            if here:
                 pending = stream
         kwargs = {"stream": stream, "max_version": (1, 3)}
         if want is not None and want != src:
