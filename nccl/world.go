@@ -648,8 +648,11 @@ func (w *World) Dead() []int {
 // Missing implements Missing for the communicators of w: the job ranks
 // (RANK) that did not come to operation seq of the communicator key:
 // those whose process is gone (the rendezvous saw their connection
-// close), those that had not issued operation seq when asked (through
-// rank 0, within a second), and those that did not answer.
+// close), those that did not answer (through rank 0, within a second),
+// and, when no member is gone, those that had not issued operation seq
+// when asked. With a member gone, a live rank behind is only late (it
+// fails the operation when it gets there): the detail says so, but it is
+// not named as the cause.
 func (w *World) Missing(key string, seq uint64) ([]int, string) {
 	got := w.progress(key)
 	w.mu.Lock()
@@ -665,10 +668,24 @@ func (w *World) Missing(key string, seq uint64) ([]int, string) {
 			members[i] = i
 		}
 	}
+	return missingOf(w.Rank, members, dead, got, seq)
+}
+
+// missingOf is Missing's judgement, apart from how the facts were
+// gathered: self is the asking rank, members the communicator's job ranks,
+// dead the ranks known gone (and why), got each rank's issued count (nil:
+// rank 0 could not be asked).
+func missingOf(self int, members []int, dead map[int]string, got map[int]uint64, seq uint64) ([]int, string) {
+	anyGone := false
+	for _, r := range members {
+		if _, gone := dead[r]; gone && r != self {
+			anyGone = true
+		}
+	}
 	var ranks []int
 	var parts []string
 	for _, r := range members {
-		if r == w.Rank {
+		if r == self {
 			continue
 		}
 		why, gone := dead[r]
@@ -682,6 +699,9 @@ func (w *World) Missing(key string, seq uint64) ([]int, string) {
 			parts = append(parts, fmt.Sprintf("rank %d: no answer from its process", r))
 		case n == noComm:
 			continue // it left this communicator (failed, rebuilt): it is not what is waited for
+		case n < seq && anyGone:
+			parts = append(parts, fmt.Sprintf("rank %d: alive, issued %d operations (late, not the cause)", r, n))
+			continue
 		case n < seq:
 			parts = append(parts, fmt.Sprintf("rank %d: alive, issued %d operations", r, n))
 		default:
