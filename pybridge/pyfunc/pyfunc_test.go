@@ -97,12 +97,16 @@ func TestNewFuncRefusesMismatches(t *testing.T) {
 }
 
 func TestRegisterRecordsErrorsAndDuplicates(t *testing.T) {
+	// The registry put back as it was, so that the test runs again
+	// (go test -count) and leaves nothing for the others to see.
 	registry.Lock()
-	saved := registry.errs
+	saved, list := registry.errs, snapshot.Load()
 	registry.Unlock()
 	defer func() {
 		registry.Lock()
 		registry.errs = saved
+		delete(registry.byName, "pyfunctest_ns.ok_once")
+		snapshot.Store(list)
 		registry.Unlock()
 	}()
 	if f := Register("pyfunctest_ns.ok_once(n)", func(n int) int { return n }); f == nil {
