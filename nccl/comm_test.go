@@ -2,6 +2,7 @@ package nccl_test
 
 import (
 	"errors"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -193,9 +194,11 @@ func TestFromEnvNamesWhatIsMissing(t *testing.T) {
 		{map[string]string{"WORLD_SIZE": "0"}, "WORLD_SIZE"},
 		{map[string]string{"RANK": "4"}, "rank 4 of 2"},
 		{map[string]string{nccl.EnvTimeout: "soon"}, nccl.EnvTimeout},
+		{map[string]string{"TORCHELASTIC_USE_AGENT_STORE": "True"}, "started by torchrun, whose agent's store listens at MASTER_PORT=1"},
+		{map[string]string{nccl.EnvPort: "x"}, nccl.EnvPort + `="x"`},
 	} {
 		base := map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "2",
-			nccl.EnvTimeout: ""}
+			nccl.EnvTimeout: "", nccl.EnvPort: "", "TORCHELASTIC_USE_AGENT_STORE": ""}
 		for k, v := range tc.env {
 			base[k] = v
 		}
@@ -205,6 +208,55 @@ func TestFromEnvNamesWhatIsMissing(t *testing.T) {
 		_, err := nccl.FromEnv(nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("env %v: got %v, want an error containing %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+// DLBRIDGE_NCCL_PORT gives the rendezvous its port, beside the MASTER_PORT
+// that torchrun's agent store (or torch.distributed's) holds.
+func TestEnvPort(t *testing.T) {
+	env := map[string]string{"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29500", "RANK": "1", "WORLD_SIZE": "2",
+		"TORCHELASTIC_USE_AGENT_STORE": "True", nccl.EnvPort: "29501"}
+	o, err := nccl.EnvOptions(func(k string) string { return env[k] }, nil)
+	if err != nil || o.Addr != "10.0.0.7:29501" {
+		t.Fatalf("EnvOptions: %+v, %v; want the address 10.0.0.7:29501", o, err)
+	}
+}
+
+// A port another server holds is named with the way out, on rank 0 (the
+// port is taken) and on the others (the server there hangs up on their
+// hello, as torch's TCPStore does), at once, not at the deadline.
+func TestRendezvousPortOfAnother(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 64))
+			c.Close()
+		}
+	}()
+	for rank := range 2 {
+		start := time.Now()
+		_, err := nccl.Join(nccl.Options{Addr: ln.Addr().String(), Rank: rank, Size: 2, Device: 0,
+			Config: nccl.Config{Timeout: time.Minute}})
+		want := []string{"cannot listen", "address already in use", nccl.EnvPort}
+		if rank == 1 {
+			want = []string{"closed the connection without an answer", "not dlbridge's rank 0", nccl.EnvPort}
+		}
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("rank %d: got %v, want an error containing %q", rank, err, w)
+			}
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("rank %d: the error took %v", rank, took)
 		}
 	}
 }

@@ -9,7 +9,8 @@
 // RANK, WORLD_SIZE, LOCAL_RANK) joins with FromEnv: rank 0 hands the unique
 // id to the others over TCP, with a deadline. NCCL carries every byte of
 // tensor data; the rendezvous connections only tell the ranks when one of
-// them exits.
+// them exits. Under torchrun itself, whose agent's store holds MASTER_PORT,
+// DLBRIDGE_NCCL_PORT (EnvPort) gives the rendezvous a port of its own.
 //
 //	w, err := nccl.FromEnv(nil)
 //	if err != nil { ... }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dlbridge/dlbridge/dlpack"
@@ -63,6 +64,14 @@ type Options struct {
 // duration such as "30s"; default DefaultTimeout).
 const EnvTimeout = "DLBRIDGE_NCCL_TIMEOUT"
 
+// EnvPort names the variable that gives dlbridge's rendezvous a port of its
+// own at MASTER_ADDR, for jobs where another server holds MASTER_PORT:
+// torchrun's agent store (torchrun says so with
+// TORCHELASTIC_USE_AGENT_STORE=True, and FromEnv then requires EnvPort), or
+// the TCPStore of a torch.distributed job's rank 0. Every rank sets the
+// same value.
+const EnvPort = "DLBRIDGE_NCCL_PORT"
+
 // FromEnv joins the job described by MASTER_ADDR, MASTER_PORT, RANK,
 // WORLD_SIZE and LOCAL_RANK (LOCAL_RANK defaults to 0; the device is
 // LOCAL_RANK), with the timeout of DLBRIDGE_NCCL_TIMEOUT. cfg, when not
@@ -103,9 +112,20 @@ func EnvOptions(getenv func(string) string, cfg *Config) (Options, error) {
 	if err != nil {
 		return o, err
 	}
-	port, err := num("MASTER_PORT", true, 1)
+	port, err := num(EnvPort, false, 1)
 	if err != nil {
 		return o, err
+	}
+	if port == 0 {
+		if getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" {
+			return o, fmt.Errorf("nccl: FromEnv: started by torchrun, whose agent's store listens at MASTER_PORT=%s "+
+				"(TORCHELASTIC_USE_AGENT_STORE=True), where dlbridge's rank 0 would: give dlbridge's rendezvous a port "+
+				"of its own in %s, the same for every rank (torchrun passes the environment on: %s=29501 torchrun ...)",
+				getenv("MASTER_PORT"), EnvPort, EnvPort)
+		}
+		if port, err = num("MASTER_PORT", true, 1); err != nil {
+			return o, err
+		}
 	}
 	if o.Rank, err = num("RANK", true, 0); err != nil {
 		return o, err
@@ -223,8 +243,13 @@ func Join(o Options) (*World, error) {
 func (w *World) host(addr string, deadline time.Time) (UniqueID, error) {
 	var id UniqueID
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return id, fmt.Errorf("nccl: rank 0 cannot listen at %s (MASTER_ADDR:MASTER_PORT, or %s): %w; "+
+			"if another rendezvous holds the port (torch.distributed's TCPStore, torchrun's agent), give dlbridge's "+
+			"a port of its own in %s, the same for every rank", addr, EnvPort, err, EnvPort)
+	}
 	if err != nil {
-		return id, fmt.Errorf("nccl: rank 0 cannot listen at %s (MASTER_ADDR:MASTER_PORT): %w", addr, err)
+		return id, fmt.Errorf("nccl: rank 0 cannot listen at %s (MASTER_ADDR:MASTER_PORT, or %s): %w", addr, EnvPort, err)
 	}
 	w.ln = ln
 	if id, err = NewUniqueID(); err != nil {
@@ -300,6 +325,14 @@ func (w *World) dial(addr string, deadline time.Time) (UniqueID, error) {
 		return id, fmt.Errorf("nccl: rendezvous: hello to rank 0 at %s: %w", addr, err)
 	}
 	t, p, err := readFrame(c)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		// dlbridge's rank 0 answers every hello (the id, or why it refuses
+		// the rank): a server that hangs up without a word is someone
+		// else's, or a rank 0 that died.
+		return id, fmt.Errorf("nccl: rendezvous: rank %d: the server at %s closed the connection without an answer: "+
+			"it is not dlbridge's rank 0 (torch.distributed's TCPStore? give dlbridge's rendezvous a port of its "+
+			"own in %s, the same for every rank), or rank 0 exited: %w", w.Rank, addr, EnvPort, err)
+	}
 	if err != nil {
 		return id, fmt.Errorf("nccl: rendezvous: rank %d waiting for the id from rank 0 at %s: %w", w.Rank, addr, err)
 	}

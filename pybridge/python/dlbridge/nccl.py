@@ -52,7 +52,8 @@ _ALL_REDUCE, _BROADCAST, _REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _SEND, _RECV = r
 REDUCE_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 _OP_ALIASES = {"product": "prod", "mean": "avg"}
 
-_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "DLBRIDGE_NCCL_TIMEOUT")
+_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "DLBRIDGE_NCCL_TIMEOUT",
+        "DLBRIDGE_NCCL_PORT", "TORCHELASTIC_USE_AGENT_STORE")
 
 
 class NCCLError(RuntimeError):
@@ -450,7 +451,10 @@ def from_env(timeout=None, device=None):
     Python ranks alike: rank 0 hands the unique id to the others over TCP
     within the deadline (``timeout`` seconds or a timedelta; default
     DLBRIDGE_NCCL_TIMEOUT, else 10 minutes). The device is LOCAL_RANK
-    unless ``device`` says otherwise."""
+    unless ``device`` says otherwise. Where another server holds
+    MASTER_PORT (torchrun's agent store, torch.distributed's TCPStore),
+    DLBRIDGE_NCCL_PORT gives dlbridge's rendezvous a port of its own, the
+    same on every rank; under torchrun it is required."""
     env = "\n".join("%s=%s" % (k, os.environ[k]) for k in _ENV if k in os.environ)
     dev = -1 if device is None else _device(device)
     w, c = _call(_core.dlb_nccl_join, env, dev, _timeout_ms(timeout))
