@@ -223,6 +223,25 @@ def test_torchrun_without_port_says_what_to_set(go_rank, rank_env):
     assert time.monotonic() - start < 50, "took %.0f s" % (time.monotonic() - start)
 
 
+def test_torch_store_at_master_port(monkeypatch):
+    """A torch.distributed TCPStore at MASTER_PORT (a job whose Python
+    ranks also call init_process_group): rank 0 cannot listen and another
+    rank's hello is hung up on; both say so at once, naming the variable."""
+    dist = pytest.importorskip("torch.distributed")
+    port = _free_port()
+    store = dist.TCPStore("127.0.0.1", port, 2, True, wait_for_workers=False)  # noqa: F841 (held open)
+    for k, v in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", DLBRIDGE_NCCL_TIMEOUT="60s").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("DLBRIDGE_NCCL_PORT", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    for rank, want in (("0", "address already in use"), ("1", "closed the connection without an answer")):
+        monkeypatch.setenv("RANK", rank)
+        start = time.monotonic()
+        with pytest.raises(nccl.NCCLError, match="DLBRIDGE_NCCL_PORT") as e:
+            nccl.from_env()
+        assert want in str(e.value) and time.monotonic() - start < 10, (rank, str(e.value))
+
+
 def test_api_checks(rank_env):
     """One Python rank alone (nccl_rank.py api): the checks of arguments,
     unique ids in CuPy's form, abort and close, no handle left behind."""
