@@ -116,6 +116,7 @@ type Conn struct {
 	mapPools  map[*Pool]struct{}  // pools of which the peer was sent tensors
 	leases    map[uint64]*lease   // exported to the peer, not yet given back
 	unmaps    map[unmapKey]*block // retires sent to the peer, not yet answered
+	settling  map[unmapKey]bool   // retires answered whose block waits for the answer's done event
 	nextLease uint64
 	doneOpen  map[cuda.IPCEventHandle]*cuda.Event // the peer's done events, opened here
 	err       error                               // why the connection ended
@@ -320,6 +321,7 @@ func newConnWith(uc *net.UnixConn, onClaim func(*Conn, uint64), path string) *Co
 		mapPools:  map[*Pool]struct{}{},
 		leases:    map[uint64]*lease{},
 		unmaps:    map[unmapKey]*block{},
+		settling:  map[unmapKey]bool{},
 		doneOpen:  map[cuda.IPCEventHandle]*cuda.Event{},
 		claims:    map[uint64]chan claimResult{},
 		exited:    make(chan struct{}),
@@ -872,6 +874,12 @@ func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
 	c.mu.Lock()
 	b := c.unmaps[k]
 	delete(c.unmaps, k)
+	if b != nil {
+		// Until the block is handed back (after the done event), a Close
+		// waiting for its retires still waits for this one: its caller
+		// counts on the blocks only this peer mapped being gone.
+		c.settling[k] = true
+	}
 	c.mu.Unlock()
 	if b == nil {
 		return fmt.Errorf("ipc: the peer answered a retire of an allocation of pool %x that was not asked", k.pool)
@@ -879,6 +887,7 @@ func (c *Conn) retiredAnswer(k unmapKey, h *cuda.IPCEventHandle) error {
 	done := func() {
 		b.pool.unmapped(b, c)
 		c.mu.Lock()
+		delete(c.settling, k)
 		c.qcond.Broadcast() // a Close waiting for its retires' answers
 		c.closeLaterLocked()
 		c.mu.Unlock()
@@ -1043,10 +1052,10 @@ func (c *Conn) sendBye() {
 
 // retireCached retires, for this peer only, the idle allocations of our
 // pools it keeps mapped (the peer is moved from their mappers to
-// unmapping; other peers keep theirs) and waits until the peer answered
-// each retire, the connection ended, or retireWait passed. An
-// allocation no peer maps any more is freed when the answer comes (or the
-// connection ends).
+// unmapping; other peers keep theirs) and waits until each retire was
+// answered and its block handed back to the pool (after the answer's done
+// event), the connection ended, or retireWait passed. An allocation no
+// peer maps any more is freed then (or when the connection ends).
 func (c *Conn) retireCached() {
 	c.mu.Lock()
 	// Until its retires are sent and in c.unmaps, an answer to one of them
@@ -1094,7 +1103,7 @@ func (c *Conn) retireCached() {
 	for !c.ended && time.Now().Before(deadline) {
 		waiting := untold
 		for _, k := range keys {
-			if c.unmaps[k] != nil {
+			if c.unmaps[k] != nil || c.settling[k] {
 				waiting = true
 				break
 			}

@@ -796,8 +796,13 @@ func TestCloseRetiresCached(t *testing.T) {
 	var peers []*ipc.Conn
 	var cmds []*exec.Cmd
 	var outs []<-chan string
+	// The consumers' done events run late (the fake runs each 200 ms after
+	// its record), so that the answers to Close's retires arrive well
+	// before their blocks can be handed back: Close must wait for the
+	// latter (it returned at the first one's, with the others answered
+	// and still unsettled, in 4 of 10 runs).
 	for i := 0; i < 2; i++ {
-		cmd, lines, peer := acceptChild(t, ln, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n-i))
+		cmd, lines, peer := acceptChild(t, ln, "recycle", sock, "IPC_TEST_N="+strconv.Itoa(n-i), "FAKECUDA_IPC_DELAY_MS=200")
 		t.Cleanup(func() { peer.Close() })
 		peers, cmds, outs = append(peers, peer), append(cmds, cmd), append(outs, lines)
 	}
@@ -833,6 +838,11 @@ func TestCloseRetiresCached(t *testing.T) {
 	}
 	if err := peers[0].Close(); err != nil {
 		t.Fatal(err)
+	}
+	// Close returned after every retire's answer was handled: the block
+	// only this consumer mapped is out of the cache already.
+	if c, _ := pool.Cached(); c != n-1 {
+		t.Errorf("when Close returned: %d cached, want %d (the ones the other consumer maps)", c, n-1)
 	}
 	// The frees queued by Close run now, while the first consumer lives.
 	if err := s.Synchronize(); err != nil {
