@@ -190,6 +190,7 @@ func newComm(h uintptr, rank, size, dev int, ctx *cuda.Context, key string, time
 type busyCall struct {
 	op       string
 	seq      uint64
+	start    time.Time
 	deadline time.Time
 	hp       *uintptr
 }
@@ -203,7 +204,8 @@ func (c *Comm) enter(op string, seq uint64, hp *uintptr) func() {
 		return func() {}
 	}
 	c.wmu.Lock()
-	c.inCall.Store(&busyCall{op: op, seq: seq, deadline: time.Now().Add(c.timeout), hp: hp})
+	now := time.Now()
+	c.inCall.Store(&busyCall{op: op, seq: seq, start: now, deadline: now.Add(c.timeout), hp: hp})
 	start := !c.watching
 	c.watching = true
 	c.wmu.Unlock()
@@ -213,11 +215,25 @@ func (c *Comm) enter(op string, seq uint64, hp *uintptr) func() {
 	return func() { c.inCall.Store(nil) }
 }
 
+// kickAfter is how long a call must have been in progress before kick
+// aborts the communicator under it. A call is registered (enter) a little
+// before it reaches NCCL: an abort in that moment would free the
+// communicator under a call that has yet to start, which then uses it
+// (the fake NCCL crashed so under qemu, in TestKilledRank). So kick
+// waits while the call is younger: one that returns meanwhile needs no
+// kick (abort then takes mu), one still in NCCL after kickAfter is
+// waiting there.
+const kickAfter = 200 * time.Millisecond
+
 // kick aborts the communicator under the blocking call in progress, if
 // any, without mu (which that call holds): NCCL lets another thread abort
 // a communicator to end a call waiting for a peer.
 func (c *Comm) kick() {
 	b := c.inCall.Load()
+	for b != nil && time.Since(b.start) < kickAfter {
+		time.Sleep(time.Millisecond)
+		b = c.inCall.Load()
+	}
 	if b == nil {
 		return
 	}

@@ -299,8 +299,11 @@ func scenarioKill(w *nccl.World) error {
 	if !errors.As(err, &oe) {
 		return fmt.Errorf("all_reduce with a dead rank: got %v, want an *OpError", err)
 	}
-	if !slices.Equal(oe.Missing, []int{w.Size - 1}) || oe.Op != "all_reduce" {
-		return fmt.Errorf("all_reduce with a dead rank: %v: want op all_reduce and missing [%d]", err, w.Size-1)
+	// The last rank exits as soon as its own initialization returned: a
+	// rank still in its initialization then (a slow one, under qemu) fails
+	// that call, and the all-reduce reports it.
+	if !slices.Equal(oe.Missing, []int{w.Size - 1}) || oe.Op != "all_reduce" && oe.Op != "init" {
+		return fmt.Errorf("all_reduce with a dead rank: %v: want op all_reduce (or init) and missing [%d]", err, w.Size-1)
 	}
 	fmt.Println("expected failure:", err)
 	fmt.Println("it took", took)

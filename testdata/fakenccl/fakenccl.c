@@ -25,7 +25,10 @@
  *   - Blocking communicators (the default, as NCCL's): a collective, a
  *     send/receive or a group returns once its work is queued on the
  *     stream; initialization and ncclCommFinalize wait in the call, and
- *     ncclCommAbort from another thread ends that wait (the call fails).
+ *     ncclCommAbort from another thread ends that wait (the call fails;
+ *     the communicator is freed once the call returned, as every call
+ *     holds a reference: a call made after the abort uses freed memory,
+ *     as with NCCL).
  *     ncclCommGetAsyncError of a blocking communicator only reads its
  *     state and may be called from any thread at any time.
  *   - Operations run on the caller's stream, in its order, through the fake
@@ -236,10 +239,15 @@ static void check_peers(comm *c) {
     }
 }
 
+static void pin(comm *c);
+
 /* enter and leave bracket a call of communicator c (see the model): an
  * overlapping call makes the asynchronous error ncclInternalError, and
- * enter answers 0. leave is called either way. */
+ * enter answers 0. leave is called either way. The call holds a reference:
+ * an ncclCommAbort from another thread meanwhile (which NCCL allows, to end
+ * a call that waits) frees the communicator only once the call left it. */
 static int enter(comm *c, const char *fn) {
+    pin(c);
     if (__atomic_fetch_add(&c->calls, 1, __ATOMIC_ACQ_REL) == 0) {
         c->in_call = fn;
         return 1;
@@ -249,7 +257,10 @@ static int enter(comm *c, const char *fn) {
     __atomic_store_n(&c->async, ncclInternalError, __ATOMIC_RELEASE);
     return 0;
 }
-static void leave(comm *c) { __atomic_sub_fetch(&c->calls, 1, __ATOMIC_ACQ_REL); }
+static void leave(comm *c) {
+    __atomic_sub_fetch(&c->calls, 1, __ATOMIC_ACQ_REL);
+    release(c);
+}
 
 /* launched: a nonblocking communicator's call queued work; it is in
  * progress until ncclCommGetAsyncError has joined the launch. */
@@ -1006,9 +1017,9 @@ EXPORT ncclResult_t ncclCommGetAsyncError(comm *c, ncclResult_t *r) {
         c->launching = 0;
         __atomic_store_n(&c->async, ncclSuccess, __ATOMIC_RELEASE);
     }
-    leave(c);
     int a = __atomic_load_n(&c->async, __ATOMIC_ACQUIRE);
     if (a == ncclSuccess && c->finalizing && c->inflight > 0) a = ncclInProgress;
+    leave(c);
     *r = (ncclResult_t)a;
     return ncclSuccess;
 }
@@ -1017,11 +1028,18 @@ EXPORT ncclResult_t ncclCommFinalize(comm *c) {
     if (!c) return ncclInvalidArgument;
     int ok = enter(c, "ncclCommFinalize");
     ncclResult_t r = ok ? ready(c) : ncclInternalError;
+    pin(c); /* held to the end: an abort from another thread may come */
     leave(c);
-    if (r) return r;
+    if (r) {
+        release(c);
+        return r;
+    }
     c->finalizing = 1;
-    if (!c->blocking) return c->inflight > 0 ? ncclInProgress : ncclSuccess;
-    pin(c);
+    if (!c->blocking) {
+        r = c->inflight > 0 ? ncclInProgress : ncclSuccess;
+        release(c);
+        return r;
+    }
     while (c->inflight > 0 && !broken(c)) {
         pthread_mutex_lock(&mu);
         void *s = NULL;
