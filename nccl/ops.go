@@ -307,14 +307,22 @@ func run(name string, specs []*spec) error {
 		hs[i] = c.h
 	}
 	// A blocking communicator's call may wait in NCCL (connecting to a
-	// peer on first use): the watchdog bounds it.
+	// peer on first use): the watchdog bounds it. The registration ends
+	// with the calls, before a failure is handled (an abort then waits
+	// for no call).
+	dones := make([]func(), len(comms))
 	for i, c := range comms {
-		defer c.enter(name, seqs[c], &hs[i])()
+		dones[i] = c.enter(name, seqs[c], &hs[i])
 	}
 	var r Result
 	var failedOn *Comm
 	fn := kindCalls[specs[0].kind]
 	func() {
+		defer func() {
+			for _, done := range dones {
+				done()
+			}
+		}()
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		var cur *cuda.Context
