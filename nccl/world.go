@@ -371,18 +371,22 @@ func (w *World) serve(peer int, c net.Conn) {
 			w.mu.Lock()
 			w.left[peer] = true
 			w.mu.Unlock()
-		case t == msgDead && len(p) == 4:
+		// Frames that only rank 0 sends are taken only from it: another
+		// rank (a buggy one) cannot have rank 0 believe a live rank gone,
+		// nor fill the rebuild answers rank 0 never reads and stop this
+		// reader (and with it the news of that rank's end).
+		case t == msgDead && len(p) == 4 && peer == 0:
 			w.lost(int(binary.LittleEndian.Uint32(p)), "rank 0 saw its connection close")
 		case t == msgRebuild && len(p) == 4 && w.Rank == 0:
 			w.mu.Lock()
 			w.asks[peer] = binary.LittleEndian.Uint32(p)
 			w.notify()
 			w.mu.Unlock()
-		case t == msgAnswer:
+		case t == msgAnswer && peer == 0:
 			w.answers <- p
 		case t == msgQuery && len(p) >= 8 && w.Rank == 0:
 			go w.answerQuery(peer, p)
-		case t == msgQuery && len(p) >= 8:
+		case t == msgQuery && len(p) >= 8 && peer == 0:
 			w.send(0, msgIssued, append(p[:4:4], u64(w.issued(string(p[8:])))...))
 		case (t == msgIssued || t == msgStatus) && len(p) >= 4:
 			w.mu.Lock()

@@ -1,9 +1,12 @@
 package nccl
 
 import (
+	"encoding/binary"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Which ranks an operation's error names as not having come, from the
@@ -41,5 +44,45 @@ func TestMissingOf(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Rank 0 takes the frames only it sends (a rank gone, a rebuild answer)
+// from no other rank: a rank that sends them cannot have rank 0 believe a
+// live rank gone, nor stop rank 0's reader of its connection by filling
+// the answers nobody reads there (its end is still noticed).
+func TestRankZeroIgnoresFramesOnlyItSends(t *testing.T) {
+	w := &World{Rank: 0, Size: 3, dead: map[int]string{}, left: map[int]bool{}, changed: make(chan struct{}),
+		conns: map[int]net.Conn{}, asks: map[int]uint32{}, answers: make(chan []byte, 4),
+		queries: map[uint32]chan []byte{}, subs: map[*Comm][]int{}}
+	ours, theirs := net.Pipe()
+	w.conns[1] = ours
+	go w.serve(1, ours)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; i < 4*cap(w.answers) && err == nil; i++ {
+			err = writeFrame(theirs, msgAnswer, make([]byte, 16))
+		}
+		if err == nil {
+			err = writeFrame(theirs, msgDead, binary.LittleEndian.AppendUint32(nil, 2))
+		}
+		sent <- err
+	}()
+	select {
+	case err := <-sent:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0 stopped reading the rank's connection (rebuild answers it never reads)")
+	}
+	theirs.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(w.Dead(), []int{1}) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := w.Dead(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("dead ranks %v, want [1] (the rank whose connection closed; not rank 2, which it named)", got)
 	}
 }
