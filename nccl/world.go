@@ -484,23 +484,36 @@ func (w *World) adoptSplit(parent, child *Comm) error {
 	}
 	child.SetMissing(w)
 	var gone []int
-	var whys []string
+	var why string
 	w.mu.Lock()
 	if !w.closed {
 		w.subs[child] = members
-		for _, r := range members {
-			if why, ok := w.dead[r]; ok {
-				gone = append(gone, r)
-				whys = append(whys, fmt.Sprintf("job rank %d: %s", r, why))
-			}
-		}
+		gone, why = w.goneAmongLocked(members)
 	}
 	w.mu.Unlock()
 	if len(gone) > 0 { // a rank exited while the split was made
-		go child.PeerGone(gone, strings.Join(whys, "; "))
+		go child.PeerGone(gone, why)
 	}
 	return nil
 }
+
+// goneAmongLocked is which of members are known gone, and why, as
+// PeerGone takes them: what a communicator made while they exited must be
+// told at once. Called with w.mu held.
+func (w *World) goneAmongLocked(members []int) ([]int, string) {
+	var gone []int
+	var whys []string
+	for _, r := range members {
+		if why, ok := w.dead[r]; ok {
+			gone = append(gone, r)
+			whys = append(whys, goneWhy(r, why))
+		}
+	}
+	return gone, strings.Join(whys, "; ")
+}
+
+// goneWhy is PeerGone's account of job rank r's end.
+func goneWhy(r int, why string) string { return fmt.Sprintf("job rank %d: %s", r, why) }
 
 // gatherInt32 all-gathers x over c into out (one per rank) and waits for it
 // (the communicator's deadline bounds the wait).
@@ -647,11 +660,11 @@ func (w *World) lost(r int, why string) {
 	// failure asks the other ranks about their progress, whose answers
 	// come through the connection this may be called from.
 	if c := w.comm; c != nil && slices.Contains(w.members, r) {
-		go c.PeerGone([]int{r}, fmt.Sprintf("job rank %d: %s", r, why))
+		go c.PeerGone([]int{r}, goneWhy(r, why))
 	}
 	for c, m := range w.subs {
 		if slices.Contains(m, r) {
-			go c.PeerGone([]int{r}, fmt.Sprintf("job rank %d: %s", r, why))
+			go c.PeerGone([]int{r}, goneWhy(r, why))
 		}
 	}
 	var tell []net.Conn
@@ -760,17 +773,10 @@ func (w *World) setComm(c *Comm, members []int) {
 	c.SetMissing(w)
 	w.mu.Lock()
 	w.comm, w.members = c, members
-	var gone []int
-	var whys []string
-	for _, r := range members {
-		if why, ok := w.dead[r]; ok {
-			gone = append(gone, r)
-			whys = append(whys, fmt.Sprintf("job rank %d: %s", r, why))
-		}
-	}
+	gone, why := w.goneAmongLocked(members)
 	w.mu.Unlock()
 	if len(gone) > 0 { // a rank exited while the communicator was made
-		go c.PeerGone(gone, strings.Join(whys, "; "))
+		go c.PeerGone(gone, why)
 	}
 }
 
