@@ -53,6 +53,16 @@ func check[T comparable](what string, got []T, want []T) error {
 	return nil
 }
 
+// halfSum is the sum of the job ranks of rank r's half (the ranks of its
+// parity among n) when a split by parity all-reduces them.
+func halfSum(r, n int) int32 {
+	sum := int32(0)
+	for q := r % 2; q < n; q += 2 {
+		sum += int32(q)
+	}
+	return sum
+}
+
 func fill[T zerocopy.Elem](n int, f func(i int) T) []T {
 	out := make([]T, n)
 	for i := range out {
@@ -258,11 +268,7 @@ func scenarioOps(w *nccl.World) error {
 	if err != nil {
 		return err
 	}
-	want := int32(0)
-	for q := r % 2; q < n; q += 2 {
-		want += int32(q)
-	}
-	if err := check("split all_reduce", gi, []int32{want}); err != nil {
+	if err := check("split all_reduce", gi, []int32{halfSum(r, n)}); err != nil {
 		return err
 	}
 	if sub.Size() != (n+1-r%2)/2 || sub.Rank() != r/2 {
@@ -474,11 +480,7 @@ func scenarioSplitKill(w *nccl.World) error {
 		if err != nil {
 			return err
 		}
-		want := int32(0)
-		for q := r % 2; q < n; q += 2 {
-			want += int32(q)
-		}
-		if err := check("all_reduce of a half", got, []int32{want}); err != nil {
+		if err := check("all_reduce of a half", got, []int32{halfSum(r, n)}); err != nil {
 			return err
 		}
 		// Deaths reach the other ranks through rank 0's control plane:
