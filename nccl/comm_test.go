@@ -224,40 +224,117 @@ func TestEnvPort(t *testing.T) {
 }
 
 // A port another server holds is named with the way out, on rank 0 (the
-// port is taken) and on the others (the server there hangs up on their
-// hello, as torch's TCPStore does), at once, not at the deadline.
+// port is taken) and on the others, at once, not at the deadline: whether
+// the server there hangs up on their hello (torch 1's TCPStore) or reads it
+// and says nothing (torch 2's waits for the rest of a request).
 func TestRendezvousPortOfAnother(t *testing.T) {
+	for _, tc := range []struct {
+		server string
+		hangUp bool
+		want   []string
+	}{
+		{"hangs up", true, []string{"closed the connection without an answer", "not dlbridge's rank 0", nccl.EnvPort}},
+		{"silent", false, []string{"did not answer the hello within 5s", "not dlbridge's rank 0", nccl.EnvPort}},
+	} {
+		t.Run(tc.server, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					_, _ = c.Read(make([]byte, 64))
+					if tc.hangUp {
+						c.Close()
+					} else {
+						defer c.Close()
+					}
+				}
+			}()
+			for rank := range 2 {
+				start := time.Now()
+				_, err := nccl.Join(nccl.Options{Addr: ln.Addr().String(), Rank: rank, Size: 2, Device: 0,
+					Config: nccl.Config{Timeout: time.Minute}})
+				want := []string{"cannot listen", "address already in use", nccl.EnvPort}
+				if rank == 1 {
+					want = tc.want
+				}
+				for _, w := range want {
+					if err == nil || !strings.Contains(err.Error(), w) {
+						t.Errorf("rank %d: got %v, want an error containing %q", rank, err, w)
+					}
+				}
+				if took := time.Since(start); took > 10*time.Second {
+					t.Errorf("rank %d: the error took %v", rank, took)
+				}
+			}
+		})
+	}
+}
+
+// Rank 0 reads every hello in a goroutine of its own: a connection that
+// never says hello (a port scanner, a hostile peer) holds up no rank, and a
+// rank that comes after the job formed is refused with the reason.
+func TestRendezvousSilentPeerAndLateRank(t *testing.T) {
+	ranks(t, 2)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Read(make([]byte, 64))
+	addr := ln.Addr().String()
+	ln.Close()
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
 			c.Close()
 		}
 	}()
+	type joined struct {
+		w   *nccl.World
+		err error
+	}
+	done := make(chan joined, 2)
 	for rank := range 2 {
-		start := time.Now()
-		_, err := nccl.Join(nccl.Options{Addr: ln.Addr().String(), Rank: rank, Size: 2, Device: 0,
-			Config: nccl.Config{Timeout: time.Minute}})
-		want := []string{"cannot listen", "address already in use", nccl.EnvPort}
-		if rank == 1 {
-			want = []string{"closed the connection without an answer", "not dlbridge's rank 0", nccl.EnvPort}
-		}
-		for _, w := range want {
-			if err == nil || !strings.Contains(err.Error(), w) {
-				t.Errorf("rank %d: got %v, want an error containing %q", rank, err, w)
+		go func() {
+			w, err := nccl.Join(nccl.Options{Addr: addr, Rank: rank, Size: 2, Device: rank,
+				Config: nccl.Config{Timeout: 30 * time.Second}})
+			done <- joined{w, err}
+		}()
+		if rank == 0 { // rank 0 listens; three silent connections come before rank 1
+			for len(silent) < 3 {
+				if c, err := net.Dial("tcp", addr); err == nil {
+					silent = append(silent, c)
+				} else {
+					time.Sleep(10 * time.Millisecond)
+				}
 			}
 		}
-		if took := time.Since(start); took > 10*time.Second {
-			t.Errorf("rank %d: the error took %v", rank, took)
+	}
+	start := time.Now()
+	var worlds []*nccl.World
+	for range 2 {
+		j := <-done
+		if j.err != nil {
+			t.Fatalf("Join: %v", j.err)
 		}
+		worlds = append(worlds, j.w)
+	}
+	defer func() {
+		for _, w := range worlds {
+			w.Close()
+		}
+	}()
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("the job formed after %v: silent connections held it up", took)
+	}
+	_, err = nccl.Join(nccl.Options{Addr: addr, Rank: 1, Size: 2, Device: 1, Config: nccl.Config{Timeout: 10 * time.Second}})
+	if err == nil || !strings.Contains(err.Error(), "rank 0 refused rank 1") || !strings.Contains(err.Error(), "after the job formed") {
+		t.Errorf("a rank after the job formed: got %v, want a refusal saying the job formed", err)
 	}
 }
 

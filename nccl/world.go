@@ -155,6 +155,7 @@ func EnvOptions(getenv func(string) string, cfg *Config) (Options, error) {
 // one type byte, a little-endian uint32 payload length, the payload).
 const (
 	msgHello   = 'H' // rank -> 0: "DLBNCCL1", rank, size, pid (uint32 each)
+	msgWelcome = 'W' // 0 -> rank: its hello is taken (at once; the id follows once every rank came)
 	msgID      = 'I' // 0 -> rank: the 128-byte unique id
 	msgDead    = 'D' // 0 -> rank: a rank (uint32) whose process is gone
 	msgRebuild = 'R' // rank -> 0: epoch
@@ -238,8 +239,20 @@ func Join(o Options) (*World, error) {
 	return w, nil
 }
 
-// host is rank 0's side: listen, accept every other rank with the deadline,
-// hand out the id.
+// helloWait bounds how long rank 0 waits for a new connection's hello and a
+// rank waits for rank 0's welcome. dlbridge's ranks send and answer both at
+// once, so a peer silent that long is not one of them: torch 2's TCPStore,
+// for one, reads a hello and waits for the rest of a request that never comes.
+const helloWait = 5 * time.Second
+
+// arrival is a connection whose hello was read: the rank and world size it says.
+type arrival struct {
+	c          net.Conn
+	rank, size int
+}
+
+// host is rank 0's side: listen, welcome every other rank as it says hello,
+// and once all came (by the deadline) hand out the id.
 func (w *World) host(addr string, deadline time.Time) (UniqueID, error) {
 	var id UniqueID
 	ln, err := net.Listen("tcp", addr)
@@ -255,42 +268,45 @@ func (w *World) host(addr string, deadline time.Time) (UniqueID, error) {
 	if id, err = NewUniqueID(); err != nil {
 		return id, err
 	}
-	tl := ln.(*net.TCPListener)
+	arrivals := make(chan arrival)
+	formed := make(chan struct{})
+	defer close(formed)
+	go w.greet(ln, arrivals, formed)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	for len(w.conns) < w.Size-1 {
-		_ = tl.SetDeadline(deadline)
-		c, err := tl.Accept()
-		if err != nil {
+		var a arrival
+		select {
+		case a = <-arrivals:
+		case <-timer.C:
 			var missing []int
 			for r := 1; r < w.Size; r++ {
 				if w.conns[r] == nil {
 					missing = append(missing, r)
 				}
 			}
-			return id, fmt.Errorf("nccl: rendezvous at %s: rank(s) %v did not come within %v: %w", addr, missing, w.cfg.timeout(), err)
+			return id, fmt.Errorf("nccl: rendezvous at %s: rank(s) %v did not come within %v", addr, missing, w.cfg.timeout())
 		}
-		_ = c.SetDeadline(deadline)
-		t, p, err := readFrame(c)
-		if err != nil || t != msgHello || len(p) != 20 || string(p[:8]) != helloMagic {
-			c.Close() // not one of ours (a port scanner, a torch TCPStore client)
-			continue
-		}
-		r := int(binary.LittleEndian.Uint32(p[8:]))
-		n := int(binary.LittleEndian.Uint32(p[12:]))
 		why := ""
 		switch {
-		case n != w.Size:
-			why = fmt.Sprintf("rank %d says WORLD_SIZE=%d, rank 0 has %d", r, n, w.Size)
-		case r <= 0 || r >= w.Size:
-			why = fmt.Sprintf("rank %d outside [1, %d)", r, w.Size)
-		case w.conns[r] != nil:
-			why = fmt.Sprintf("rank %d joined twice", r)
+		case a.size != w.Size:
+			why = fmt.Sprintf("rank %d says WORLD_SIZE=%d, rank 0 has %d", a.rank, a.size, w.Size)
+		case a.rank <= 0 || a.rank >= w.Size:
+			why = fmt.Sprintf("rank %d outside [1, %d)", a.rank, w.Size)
+		case w.conns[a.rank] != nil:
+			why = fmt.Sprintf("rank %d joined twice", a.rank)
 		}
+		_ = a.c.SetDeadline(deadline)
 		if why != "" {
-			_ = writeFrame(c, msgRefuse, []byte(why))
-			c.Close()
+			_ = writeFrame(a.c, msgRefuse, []byte(why))
+			a.c.Close()
 			continue
 		}
-		w.conns[r] = c
+		if err := writeFrame(a.c, msgWelcome, nil); err != nil {
+			a.c.Close() // gone already: it may come again
+			continue
+		}
+		w.conns[a.rank] = a.c
 	}
 	for r, c := range w.conns {
 		if err := writeFrame(c, msgID, id[:]); err != nil {
@@ -302,8 +318,41 @@ func (w *World) host(addr string, deadline time.Time) (UniqueID, error) {
 	return id, nil
 }
 
+// greet accepts connections until the listener closes (World.Close) and
+// reads each one's hello in a goroutine of its own, so that a silent or slow
+// peer holds up no rank. host takes the arrivals while the job forms; after
+// that, a hello is refused with the reason.
+func (w *World) greet(ln net.Listener, arrivals chan<- arrival, formed <-chan struct{}) {
+	for {
+		c, err := ln.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil { // out of descriptors, say: try again
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go func() {
+			_ = c.SetDeadline(time.Now().Add(helloWait))
+			t, p, err := readFrame(c)
+			if err != nil || t != msgHello || len(p) != 20 || string(p[:8]) != helloMagic {
+				c.Close() // not one of ours (a port scanner, a torch TCPStore client)
+				return
+			}
+			a := arrival{c: c, rank: int(binary.LittleEndian.Uint32(p[8:])), size: int(binary.LittleEndian.Uint32(p[12:]))}
+			select {
+			case arrivals <- a:
+			case <-formed:
+				_ = writeFrame(c, msgRefuse, []byte(fmt.Sprintf("rank %d came after the job formed (its %d ranks had joined, or the rendezvous had failed)", a.rank, w.Size)))
+				c.Close()
+			}
+		}()
+	}
+}
+
 // dial is the side of every other rank: connect (retrying until the
-// deadline: rank 0 may start last), say hello, get the id.
+// deadline: rank 0 may start last), say hello, get rank 0's welcome at once
+// and the id once every rank came.
 func (w *World) dial(addr string, deadline time.Time) (UniqueID, error) {
 	var id UniqueID
 	var c net.Conn
@@ -319,22 +368,38 @@ func (w *World) dial(addr string, deadline time.Time) (UniqueID, error) {
 		time.Sleep(pause)
 	}
 	w.conns[0] = c
-	_ = c.SetDeadline(deadline)
+	welcomeBy := time.Now().Add(helloWait)
+	if welcomeBy.After(deadline) {
+		welcomeBy = deadline
+	}
+	_ = c.SetDeadline(welcomeBy)
 	hello := append([]byte(helloMagic), u32s(w.Rank, w.Size, os.Getpid())...)
 	if err := writeFrame(c, msgHello, hello); err != nil {
 		return id, fmt.Errorf("nccl: rendezvous: hello to rank 0 at %s: %w", addr, err)
 	}
+	notOurs := fmt.Sprintf("it is not dlbridge's rank 0 (torch.distributed's TCPStore? give dlbridge's rendezvous a port of its "+
+		"own in %s, the same for every rank)", EnvPort)
 	t, p, err := readFrame(c)
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-		// dlbridge's rank 0 answers every hello (the id, or why it refuses
+		// dlbridge's rank 0 answers every hello (welcome, or why it refuses
 		// the rank): a server that hangs up without a word is someone
 		// else's, or a rank 0 that died.
 		return id, fmt.Errorf("nccl: rendezvous: rank %d: the server at %s closed the connection without an answer: "+
-			"it is not dlbridge's rank 0 (torch.distributed's TCPStore? give dlbridge's rendezvous a port of its "+
-			"own in %s, the same for every rank), or rank 0 exited: %w", w.Rank, addr, EnvPort, err)
+			"%s, or rank 0 exited: %w", w.Rank, addr, notOurs, err)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && welcomeBy.Before(deadline) {
+		return id, fmt.Errorf("nccl: rendezvous: rank %d: the server at %s did not answer the hello within %v, "+
+			"as dlbridge's rank 0 does at once: %s", w.Rank, addr, helloWait, notOurs)
+	}
+	if err == nil && t == msgWelcome {
+		_ = c.SetDeadline(deadline)
+		t, p, err = readFrame(c)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return id, fmt.Errorf("nccl: rendezvous: rank %d: rank 0 at %s closed the connection before handing out the id (it exited?): %w", w.Rank, addr, err)
+		}
 	}
 	if err != nil {
-		return id, fmt.Errorf("nccl: rendezvous: rank %d waiting for the id from rank 0 at %s: %w", w.Rank, addr, err)
+		return id, fmt.Errorf("nccl: rendezvous: rank %d waiting for the id from rank 0 at %s (rank 0 hands it out once every rank came): %w", w.Rank, addr, err)
 	}
 	if t == msgRefuse {
 		return id, fmt.Errorf("nccl: rendezvous: rank 0 refused rank %d: %s", w.Rank, p)

@@ -211,22 +211,27 @@ def test_torchrun_go_and_python_ranks(go_rank, rank_env):
 
 def test_torchrun_without_port_says_what_to_set(go_rank, rank_env):
     """Under torchrun without DLBRIDGE_NCCL_PORT, both ranks (Go and
-    Python) fail at once naming the variable, not at the deadline."""
+    Python) fail at once naming the variable, not at the deadline. torch 2's
+    torchrun ends the other workers (SIGTERM) as soon as one fails, so a
+    rank may have been ended before it wrote its message."""
     if _size() < 2:
         pytest.skip("needs 2 devices")
     start = time.monotonic()
     code, out = _torchrun(go_rank, rank_env, {})
     assert code != 0, out
-    assert "rank 0 FromEnv: nccl: FromEnv: started by torchrun" in out, out
-    assert "ValueError: dlbridge.nccl: nccl: FromEnv: started by torchrun" in out, out
-    assert out.count("DLBRIDGE_NCCL_PORT=29501 torchrun") >= 2, out
+    said = {"go": "rank 0 FromEnv: nccl: FromEnv: started by torchrun" in out,
+            "python": "ValueError: dlbridge.nccl: nccl: FromEnv: started by torchrun" in out}
+    ended = out.count("Signal 15 (SIGTERM) received")
+    assert any(said.values()) and sum(said.values()) + ended >= 2, (said, out)
+    assert out.count("DLBRIDGE_NCCL_PORT=29501 torchrun") == sum(said.values()), out
     assert time.monotonic() - start < 50, "took %.0f s" % (time.monotonic() - start)
 
 
 def test_torch_store_at_master_port(monkeypatch):
     """A torch.distributed TCPStore at MASTER_PORT (a job whose Python
     ranks also call init_process_group): rank 0 cannot listen and another
-    rank's hello is hung up on; both say so at once, naming the variable."""
+    rank's hello is hung up on (torch 1's store) or left unanswered (torch
+    2's); both say so at once, naming the variable."""
     dist = pytest.importorskip("torch.distributed")
     port = _free_port()
     store = dist.TCPStore("127.0.0.1", port, 2, True, wait_for_workers=False)  # noqa: F841 (held open)
@@ -234,7 +239,7 @@ def test_torch_store_at_master_port(monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("DLBRIDGE_NCCL_PORT", raising=False)
     monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
-    for rank, want in (("0", "address already in use"), ("1", "closed the connection without an answer")):
+    for rank, want in (("0", "address already in use"), ("1", "not dlbridge's rank 0")):
         monkeypatch.setenv("RANK", rank)
         start = time.monotonic()
         with pytest.raises(nccl.NCCLError, match="DLBRIDGE_NCCL_PORT") as e:
