@@ -46,7 +46,7 @@ awk '/^## /{s = ($0 == "## Shipping Go functions to Python")} s && /^```go$/{g=1
   README.md > build/_readme/mylib/mylib.go
 go run ./cmd/dlbridge build -ldflags "-s -w" -o "$G/libmylib.so" ./build/_readme/mylib ./examples/gofunc
 cp -r pybridge/python/. "$G/py/"
-rm -rf "$G/py/build" "$G/py"/*.egg-info
+rm -rf "$G/py/build" "$G/py"/*.egg-info "$G/py/.mypy_cache" "$G/py/.pytest_cache"
 find "$G/py" -name __pycache__ -prune -exec rm -rf {} +
 # C baselines compiled on the device with nvcc.
 [ -d bench/cuda ] && cp -r bench/cuda "$G/cuda-src"

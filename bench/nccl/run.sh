@@ -6,6 +6,7 @@
 #   bash build/gpu/bin/nccl-run.sh   # (a copy of bench/nccl/run.sh); log: $OUT/nccl-bench.log
 #   ROUNDS=1 bash build/gpu/bin/nccl-run.sh   # one round: about two minutes
 #   MODES=socket bash build/gpu/bin/nccl-run.sh   # only the network path (nvlink, socket)
+#   SYSTEM=0 bash build/gpu/bin/nccl-run.sh   # without the Go ranks on the system's NCCL
 set -uo pipefail
 G=${G:-build/gpu}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -40,7 +41,8 @@ torch_ranks() {
       if [ -n "$TORCH_NCCL" ]; then
         go_ranks "${net[@]}" DLBRIDGE_LIBNCCL="$TORCH_NCCL" 2>&1 | grep -E '^(#|go|panic|fatal error|SIG)'
       fi
-      go_ranks "${net[@]}" 2>&1 | grep -E '^(#|go|panic|fatal error|SIG)' | sed 's/^go /go(system-nccl) /'
+      # SYSTEM=0 leaves out the Go ranks on the loader's NCCL (a round is then two runs, not three).
+      [ "${SYSTEM:-1}" = 0 ] || go_ranks "${net[@]}" 2>&1 | grep -E '^(#|go|panic|fatal error|SIG)' | sed 's/^go /go(system-nccl) /'
     done
   done
 } > "$log" 2>&1

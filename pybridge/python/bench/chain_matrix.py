@@ -446,9 +446,21 @@ class Control:
 
     def consumer_honest(self, c):
         """Whether c reads after the stream a producer other than dlbridge
-        names (it reads right from some producer, directly)."""
+        names. A consumer that reads stale data from a producer of another
+        library, which another consumer of the same protocol reads right,
+        breaks the protocol itself, whatever it reads from the rest: one
+        right read can be a race won by chance (numba -> torch-cai read
+        right once on two H200s while torch-cai read stale data from CuPy,
+        which cupy-cai and numba-cai read right). Otherwise c is honest when
+        it reads right from some producer."""
         if not self.direct:
             return True
+        cons = CAI_CONSUMERS if c in CAI_CONSUMERS else DLPACK_CONSUMERS
+        for (p, cc), r in self.direct.items():
+            if cc != c or p == "dlbridge" or c.split("-")[0] == p or not r.startswith("WRONG"):
+                continue
+            if any(self.direct.get((p, other), "-") == "OK" for other in cons if other != c):
+                return False
         return _verdict([r for (p, cc), r in self.direct.items() if cc == c and p != "dlbridge"]) is not False
 
     def excused(self, p, proto, c):
