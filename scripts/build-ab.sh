@@ -62,6 +62,8 @@ for i in \$(seq $rounds); do
   done
 done
 tail -n 3 "\$OUT"/*.log
+# Each transfer cell's best of the base runs against the new runs'.
+case " \$parts " in *" transfer "*) python3 \$A/new/bench/compare_transfers.py "\$OUT" | tee "\$OUT/transfer-compare.txt" ;; esac
 EOF
 chmod +x "$A/run.sh"
 du -sh "$A"

@@ -26,7 +26,7 @@ the library has:
   peer-into cuda:0 -> existing tensor on cuda:1: dst.copy_(g) | dst.copy_(x) | dst.data.copy_from_device
 
     DLBRIDGE_LIB=build/libdlbridge.so PYTHONPATH=pybridge/python \\
-        python3 pybridge/python/bench/bench_transfer.py [--max-mib 1024] [--reps 5] [--pause 0.1] [--sequential] [--libs dlbridge]
+        python3 pybridge/python/bench/bench_transfer.py [--max-mib 1024] [--reps 5] [--pause 0.1] [--sequential]
 """
 
 import argparse
@@ -263,12 +263,7 @@ def main():
     ap.add_argument("--sequential", action="store_true",
                     help="run each library's batches of a cell back to back instead of in interleaved rounds")
     ap.add_argument("--only", default="", help="comma-separated directions to run (e.g. peer,peer-into; default all)")
-    ap.add_argument("--libs", default=",".join(LIBS),
-                    help="comma-separated libraries to time (default all; transfer_ab.py times dlbridge alone)")
     args = ap.parse_args()
-    want = {x.strip() for x in args.libs.split(",") if x.strip()}
-    if "dlbridge" not in want or want - set(LIBS):
-        ap.error("--libs: want dlbridge and any of %s, got %s" % (", ".join(LIBS[1:]), args.libs))
     only = {d.strip() for d in args.only.split(",") if d.strip()}
     known = ("h2d", "h2d-into", "d2h", "d2h-into", "d2d", "peer", "peer-into")
     if only - set(known):
@@ -299,7 +294,6 @@ def main():
         for direction, libs in table.items():
             if only and direction not in only:
                 continue
-            libs = {lib: v for lib, v in libs.items() if lib in want}
             row = results.setdefault((direction, size), {})
             # A library whose call or check raises is reported here and in
             # the table, and counted as wrong.

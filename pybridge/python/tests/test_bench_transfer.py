@@ -96,3 +96,42 @@ def test_cell_leaves_out_a_library_that_raises(bench):
     t, e = out["bad"]
     assert t is None and isinstance(e, ValueError)
     assert calls["bad"] == 5  # never called again after it raised
+
+
+SAMPLE = """bench_transfer: NVIDIA H200 x2; python 3.12.3, numpy 2.5.2, torch 2.11.0+cu130, cupy 14.2.0
+GB/s, best of 5 (1 GB = 1e9 bytes); ratio = dlbridge / best peer
+
+h2d
+      size   dlbridge      torch       cupy    ratio     dlb us    peer us
+     4 KiB       %s       0.26       0.20     1.04       15.0       15.6
+    16 MiB      24.24      14.52       8.96     1.67      692.1     1155.7
+
+d2d
+      size   dlbridge      torch       cupy    ratio     dlb us    peer us
+     1 GiB    2057.49    2050.00          -     1.00       20.0       20.0
+
+cells checked: 0 wrong
+"""
+
+
+def test_compare_transfers_takes_each_sides_best(tmp_path, monkeypatch):
+    """compare_transfers.py reads dlbridge's column of every base and new
+    log, compares each cell's best, and fails on a slower cell or a WRONG
+    one."""
+    monkeypatch.syspath_prepend(BENCH)
+    import compare_transfers
+
+    assert compare_transfers.parse(SAMPLE % "0.27") == {
+        ("h2d", "4 KiB"): 0.27, ("h2d", "16 MiB"): 24.24, ("d2d", "1 GiB"): 2057.49}
+    for name, v in (("base1", "0.30"), ("base2", "0.20"), ("new1", "0.25"), ("new2", "0.29")):
+        (tmp_path / ("%s.transfer.log" % name)).write_text(SAMPLE % v)
+    script = os.path.join(BENCH, "compare_transfers.py")
+    r = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr  # 0.29 / 0.30 = 0.967, under the default bar 0.97
+    r = subprocess.run([sys.executable, script, str(tmp_path), "--bar", "0.95"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "3 cells, 0 below" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, script, str(tmp_path), "--bar", "0.99"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "0.967   0.30 0.20 | 0.25 0.29  slower" in r.stdout, r.stdout
+    (tmp_path / "new3.transfer.log").write_text(SAMPLE % "WRONG")
+    r = subprocess.run([sys.executable, script, str(tmp_path), "--bar", "0.5"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "new3.transfer.log" in r.stdout, r.stdout
