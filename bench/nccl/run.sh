@@ -7,6 +7,7 @@
 #   ROUNDS=1 bash build/gpu/bin/nccl-run.sh   # one round: about two minutes
 #   MODES=socket bash build/gpu/bin/nccl-run.sh   # only the network path (nvlink, socket)
 #   SYSTEM=0 bash build/gpu/bin/nccl-run.sh   # without the Go ranks on the system's NCCL
+#   PAIR=1 bash build/gpu/bin/nccl-run.sh   # torch and dlbridge.nccl in the same processes (pair_bench.py)
 set -uo pipefail
 G=${G:-build/gpu}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,6 +22,11 @@ go_ranks() { # env... : two Go ranks on GPUs 0 and 1
   done
   wait
 }
+pair_ranks() { # env... : torch.distributed and dlbridge.nccl in the same two processes (pair_bench.py)
+  env "$@" ${TORCH_NCCL:+DLBRIDGE_LIBNCCL=$TORCH_NCCL} DLBRIDGE_NCCL_PORT=$((29700 + RANDOM % 100)) \
+    DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py \
+    timeout 300 python3 -m torch.distributed.run --nproc-per-node=2 --master-port=$((29800 + RANDOM % 100)) "$G/bin/pair_bench.py" "${args[@]}"
+}
 torch_ranks() {
   env "$@" timeout 300 python3 -m torch.distributed.run --nproc-per-node=2 --master-port=$((29800 + RANDOM % 100)) "$G/bin/torch_bench.py" "${args[@]}"
 }
@@ -33,6 +39,16 @@ torch_ranks() {
     # (the 4 KiB latency keeps its 1000 operations per run).
     [ $mode = socket ] && net=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket) args=(--iters=3 --reps=3)
     echo "=== $mode ${net[*]} ${args[*]}"
+    if [ "${PAIR:-0}" = 1 ]; then
+      # Both libraries in the same processes, their timed runs alternating
+      # (pair_bench.py): a process's placement moves the network path's
+      # bandwidth more than the libraries differ, so this is the comparison
+      # that resolves a few percent there.
+      [ $mode = socket ] && args=(--iters=3 --reps=7)
+      echo "=== pair $mode ${net[*]} ${args[*]}"
+      pair_ranks "${net[@]}" 2>&1 | grep -E '^(#|torch|dlbridge|ratio|Traceback|[A-Za-z.]*Error)'
+      continue
+    fi
     # Interleaved, ROUNDS times (2: drift shows as a difference between rounds; 1 halves the time).
     for round in $(seq "${ROUNDS:-2}"); do
       torch_ranks "${net[@]}" 2>&1 | grep -E '^(#|torch)'
