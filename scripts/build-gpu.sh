@@ -23,8 +23,8 @@ done
 [ -d cmd/dlbridge ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/dlbridge" ./cmd/dlbridge
 # The NCCL benchmark's Go rank and its torch.distributed twin (bench/nccl).
 [ -d bench/nccl ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/ncclbench" ./bench/nccl && cp bench/nccl/torch_bench.py "$G/bin/" && cp bench/nccl/run.sh "$G/bin/nccl-run.sh"
-# dlbridge.nccl's twin of torch_bench.py (Python ranks with PyTorch tensors).
-[ -f bench/nccl/dlbridge_bench.py ] && cp bench/nccl/dlbridge_bench.py bench/nccl/pair_bench.py "$G/bin/"
+# torch.distributed and dlbridge.nccl (Python ranks with PyTorch tensors) in the same processes.
+[ -f bench/nccl/pair_bench.py ] && cp bench/nccl/pair_bench.py "$G/bin/"
 # The Go rank of examples/nccl, beside which test_nccl.py runs a PyTorch rank
 # (DLBRIDGE_NCCL_EXAMPLE; the nccl test binary above is its Go ranks' DLBRIDGE_NCCL_RANK).
 [ -d examples/nccl ] && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$G/bin/ncclex" ./examples/nccl

@@ -27,20 +27,11 @@ if has nccl; then
     DLBRIDGE_NCCL_RANK=$PWD/$G/bin/nccl.nocgo.test DLBRIDGE_NCCL_EXAMPLE=$PWD/$G/bin/ncclex \
     timeout 500 python3 -m pytest -q -rs $G/py/tests/test_nccl.py > "$OUT/nccl.log" 2>&1
   echo "test_nccl exit status $?" >> "$OUT/nccl.log"
-  # dlbridge.nccl's Python ranks (PyTorch tensors) against torch.distributed on
-  # PyTorch's NCCL over NVLink, interleaved twice (bench/nccl/dlbridge_bench.py).
-  TORCH_NCCL=$(python3 -c 'import os, nvidia.nccl as n; p = os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"); print(p if os.path.exists(p) else "")' 2>/dev/null || true)
-  for round in 1 2; do
-    timeout 300 python3 -m torch.distributed.run --nproc-per-node=2 --master-port=$((29800 + RANDOM % 100)) \
-      $G/bin/torch_bench.py 2>&1 | grep -E '^(#|torch)'
-    port=$((29600 + RANDOM % 200))
-    for r in 0 1; do
-      env ${TORCH_NCCL:+DLBRIDGE_LIBNCCL=$TORCH_NCCL} DLBRIDGE_LIB=$PWD/$G/libdlbridge.so PYTHONPATH=$PWD/$G/py \
-        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
-        timeout 300 python3 $G/bin/dlbridge_bench.py 2>&1 | grep -E '^(#|dlbridge|Traceback|[A-Za-z]*Error)' &
-    done
-    wait
-  done >> "$OUT/nccl.log" 2>&1
+  # dlbridge.nccl's Python ranks (PyTorch tensors) against torch.distributed
+  # on PyTorch's NCCL over NVLink, both in the same two processes, their
+  # timed runs alternating (bench/nccl/pair_bench.py through nccl-run.sh).
+  OUT=/tmp/nccl-pair G=$G PAIR=1 MODES=nvlink timeout 300 bash $G/bin/nccl-run.sh 2>&1 \
+    | grep -E '^(===|#|torch|dlbridge|ratio|Traceback|[A-Za-z.]*Error)' >> "$OUT/nccl.log"
   tail -60 "$OUT/nccl.log"
 fi
 if has ops; then
