@@ -15,7 +15,6 @@ takes DLBRIDGE_NCCL_PORT); point DLBRIDGE_LIBNCCL at PyTorch's NCCL:
     DLBRIDGE_NCCL_PORT=29601 DLBRIDGE_LIBNCCL=.../nvidia/nccl/lib/libnccl.so.2 \\
         torchrun --nproc-per-node=2 bench/nccl/pair_bench.py [--iters 3 --reps 9]
 """
-import argparse
 import os
 import statistics
 
@@ -23,16 +22,11 @@ import torch
 import torch.distributed as dist
 
 import dlbridge.nccl as nccl
+from torch_bench import parse_args, torch_op  # beside this file
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--lat-iters", type=int, default=1000)
-    p.add_argument("--reps", type=int, default=9)
-    p.add_argument("--min", type=int, default=64 << 20)
-    p.add_argument("--max", type=int, default=1 << 30)
-    a = p.parse_args()
+    a = parse_args(iters=5, reps=9)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -54,11 +48,7 @@ def main():
         peer, prev = (rank + 1) % size, (rank - 1) % size
 
         def torch_one():
-            if op == "all_reduce":
-                dist.all_reduce(dst)
-            else:
-                for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, src, peer), dist.P2POp(dist.irecv, dst, prev)]):
-                    r.wait()
+            torch_op(op, src, dst, peer, prev)
 
         def dlbridge_one():
             if op == "all_reduce":

@@ -16,14 +16,29 @@ import torch
 import torch.distributed as dist
 
 
-def main():
+def parse_args(iters=20, reps=5):
+    """The options of torch_bench.py and pair_bench.py (which imports them)."""
     p = argparse.ArgumentParser()
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=iters)
     p.add_argument("--lat-iters", type=int, default=1000)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=reps)
     p.add_argument("--min", type=int, default=64 << 20)
     p.add_argument("--max", type=int, default=1 << 30)
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def torch_op(op, src, dst, peer, prev):
+    """One operation through torch.distributed: all_reduce of dst, or src
+    sent to peer while dst is received from prev."""
+    if op == "all_reduce":
+        dist.all_reduce(dst)
+    else:
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, src, peer), dist.P2POp(dist.irecv, dst, prev)]):
+            r.wait()
+
+
+def main():
+    a = parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -42,12 +57,7 @@ def main():
         peer, prev = (rank + 1) % size, (rank - 1) % size
 
         def one():
-            if op == "all_reduce":
-                dist.all_reduce(dst)
-            else:
-                reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, src, peer), dist.P2POp(dist.irecv, dst, prev)])
-                for r in reqs:
-                    r.wait()
+            torch_op(op, src, dst, peer, prev)
 
         with torch.cuda.stream(s):
             for _ in range(3):
