@@ -226,17 +226,23 @@ func Join(o Options) (*World, error) {
 		w.Close()
 		return nil, err
 	}
-	members := make([]int, o.Size)
-	for i := range members {
-		members[i] = i
-	}
 	c, err := InitRank(id, o.Size, o.Rank, w.dev, &w.cfg)
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
-	w.setComm(c, members)
+	w.setComm(c, jobRanks(o.Size))
 	return w, nil
+}
+
+// jobRanks is the members of a communicator of the whole job: job rank i
+// is its rank i.
+func jobRanks(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
 }
 
 // helloWait bounds how long rank 0 waits for a new connection's hello and a
@@ -380,7 +386,7 @@ func (w *World) dial(addr string, deadline time.Time) (UniqueID, error) {
 	notOurs := fmt.Sprintf("it is not dlbridge's rank 0 (torch.distributed's TCPStore? give dlbridge's rendezvous a port of its "+
 		"own in %s, the same for every rank)", EnvPort)
 	t, p, err := readFrame(c)
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+	if hungUp(err) {
 		// dlbridge's rank 0 answers every hello (welcome, or why it refuses
 		// the rank): a server that hangs up without a word is someone
 		// else's, or a rank 0 that died.
@@ -394,7 +400,7 @@ func (w *World) dial(addr string, deadline time.Time) (UniqueID, error) {
 	if err == nil && t == msgWelcome {
 		_ = c.SetDeadline(deadline)
 		t, p, err = readFrame(c)
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		if hungUp(err) {
 			return id, fmt.Errorf("nccl: rendezvous: rank %d: rank 0 at %s closed the connection before handing out the id (it exited?): %w", w.Rank, addr, err)
 		}
 	}
@@ -411,6 +417,12 @@ func (w *World) dial(addr string, deadline time.Time) (UniqueID, error) {
 	_ = c.SetDeadline(time.Time{})
 	go w.serve(0, c)
 	return id, nil
+}
+
+// hungUp reports whether a read ended because the other end closed the
+// connection (rather than a deadline).
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // serve reads one connection until it closes: then the rank at its other
@@ -778,10 +790,7 @@ func (w *World) Missing(key string, seq uint64) ([]int, string) {
 	_, members := w.byKeyLocked(key)
 	w.mu.Unlock()
 	if members == nil {
-		members = make([]int, w.Size)
-		for i := range members {
-			members[i] = i
-		}
+		members = jobRanks(w.Size)
 	}
 	return missingOf(w.Rank, members, dead, got, seq)
 }
