@@ -37,24 +37,63 @@ def torch_op(op, src, dst, peer, prev):
             r.wait()
 
 
-def main():
-    a = parse_args()
+def join():
+    """The device from LOCAL_RANK, torch.distributed's group joined:
+    (rank, size)."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    rank, size = dist.get_rank(), dist.get_world_size()
+    return dist.get_rank(), dist.get_world_size()
+
+
+def cases(a):
+    """(op, bytes, operations per timed run) of a sweep: the 4 KiB latency,
+    then every power of two from --min to --max."""
+    yield "all_reduce", 4096, a.lat_iters
+    yield "send_recv", 4096, a.lat_iters
+    b = a.min
+    while b <= a.max:
+        yield "all_reduce", b, a.iters
+        yield "send_recv", b, a.iters
+        b *= 2
+
+
+def buffers(nbytes, rank, size):
+    """float32 src and dst of nbytes on the device, and the ring's next and
+    previous rank."""
+    src = torch.ones(nbytes // 4, device="cuda", dtype=torch.float32)
+    return src, torch.empty_like(src), (rank + 1) % size, (rank - 1) % size
+
+
+def timed(s, one, iters):
+    """Microseconds per operation of iters calls of one, by CUDA events on s."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record(s)
+    for _ in range(iters):
+        one()
+    e1.record(s)
+    e1.synchronize()
+    return e0.elapsed_time(e1) * 1e3 / iters
+
+
+def busbw(op, nbytes, us, size):
+    """Bus bandwidth in GB/s (NCCL's convention: an all-reduce moves
+    2(n-1)/n of its bytes per rank)."""
+    alg = nbytes / us / 1e3
+    return alg * 2 * (size - 1) / size if op == "all_reduce" else alg
+
+
+def main():
+    a = parse_args()
+    rank, size = join()
     s = torch.cuda.Stream()
     if rank == 0:
         print(f"# torch ranks={size} nccl={torch.cuda.nccl.version()} "
               f"NCCL_P2P_DISABLE={os.environ.get('NCCL_P2P_DISABLE', '')!r} "
               f"NCCL_SHM_DISABLE={os.environ.get('NCCL_SHM_DISABLE', '')!r} NCCL_NET={os.environ.get('NCCL_NET', '')!r}",
               flush=True)
-
-    def run(op, nbytes, iters):
-        n = nbytes // 4
-        src = torch.ones(n, device="cuda", dtype=torch.float32)
-        dst = torch.empty_like(src)
-        peer, prev = (rank + 1) % size, (rank - 1) % size
+    for op, nbytes, iters in cases(a):
+        src, dst, peer, prev = buffers(nbytes, rank, size)
 
         def one():
             torch_op(op, src, dst, peer, prev)
@@ -62,28 +101,10 @@ def main():
         with torch.cuda.stream(s):
             for _ in range(3):
                 one()
-            times = []
-            for _ in range(a.reps):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record(s)
-                for _ in range(iters):
-                    one()
-                e1.record(s)
-                e1.synchronize()
-                times.append(e0.elapsed_time(e1) * 1e3 / iters)
-        us = statistics.median(times)
-        alg = nbytes / us / 1e3
-        bus = alg * 2 * (size - 1) / size if op == "all_reduce" else alg
+            us = statistics.median(timed(s, one, iters) for _ in range(a.reps))
         if rank == 0:
-            print(f"torch {op} bytes={nbytes} us={us:.2f} algbw={alg:.2f} busbw={bus:.2f}", flush=True)
-
-    run("all_reduce", 4096, a.lat_iters)
-    run("send_recv", 4096, a.lat_iters)
-    b = a.min
-    while b <= a.max:
-        run("all_reduce", b, a.iters)
-        run("send_recv", b, a.iters)
-        b *= 2
+            print(f"torch {op} bytes={nbytes} us={us:.2f} algbw={nbytes / us / 1e3:.2f} "
+                  f"busbw={busbw(op, nbytes, us, size):.2f}", flush=True)
     dist.destroy_process_group()
 
 
