@@ -62,7 +62,9 @@ type Config struct {
 	// blocking = 0): every NCCL call returns at once and is waited for
 	// by polling ncclCommGetAsyncError, so that no thread ever stays in
 	// NCCL. It costs tens of microseconds per operation (NCCL starts a
-	// launch thread for each). The default, blocking, is what
+	// launch thread for each: 4 KiB all_reduce over NVLink 140-182 us
+	// against 14.4 us blocking, bench/results/nccl-h100x2). The default,
+	// blocking, is what
 	// torch.distributed uses: a call returns once NCCL queued the work,
 	// and the watchdog aborts the communicator from its own goroutine
 	// when a call or an operation passes the deadline, which ends a call
