@@ -8,7 +8,9 @@ Here both communicators live in one process per rank: each of reps rounds
 times iters operations of each library (torch first in even rounds,
 dlbridge first in odd ones; dlbridge's calls are the Go package's, through
 the c-shared library), on one stream with CUDA events, and each side's
-median and best are printed with their ratio.
+median and best are printed with their ratio, and the median and
+quartiles of the rounds' own ratios (paired: each round's two runs are next to each other
+in time, so drift over the sweep, which moves both, cancels).
 Under torchrun (its store holds MASTER_PORT, so dlbridge's rendezvous
 takes DLBRIDGE_NCCL_PORT); point DLBRIDGE_LIBNCCL at PyTorch's NCCL:
 
@@ -70,14 +72,19 @@ def main():
         for k, _ in sides:
             print(f"{k} {op} bytes={nbytes} us_median={statistics.median(times[k]):.2f} us_best={min(times[k]):.2f} "
                   f"busbw_median={statistics.median(bus[k]):.2f} busbw_best={max(bus[k]):.2f}", flush=True)
+        # Latency as dlbridge's time over torch's, bandwidth as torch's time
+        # over dlbridge's (the bus bandwidth's ratio).
+        rounds = [d / t if nbytes == 4096 else t / d for t, d in zip(times["torch"], times["dlbridge"])]
+        q = statistics.quantiles(rounds, n=4) if len(rounds) > 1 else rounds * 3
+        paired = f"{q[1]:.3f} (quartiles {q[0]:.3f}-{q[2]:.3f})"
         if nbytes == 4096:
             print(f"ratio {op} bytes={nbytes} latency dlbridge/torch "
                   f"median={statistics.median(times['dlbridge']) / statistics.median(times['torch']):.3f} "
-                  f"best={min(times['dlbridge']) / min(times['torch']):.3f}", flush=True)
+                  f"best={min(times['dlbridge']) / min(times['torch']):.3f} paired={paired}", flush=True)
         else:
             print(f"ratio {op} bytes={nbytes} busbw dlbridge/torch "
                   f"median={statistics.median(bus['dlbridge']) / statistics.median(bus['torch']):.3f} "
-                  f"best={max(bus['dlbridge']) / max(bus['torch']):.3f}", flush=True)
+                  f"best={max(bus['dlbridge']) / max(bus['torch']):.3f} paired={paired}", flush=True)
     c.finalize()
     world.close()
     dist.destroy_process_group()

@@ -8,6 +8,7 @@
 #   MODES=socket bash build/gpu/bin/nccl-run.sh   # only the network path (nvlink, socket)
 #   SYSTEM=0 bash build/gpu/bin/nccl-run.sh   # without the Go ranks on the system's NCCL
 #   PAIR=1 bash build/gpu/bin/nccl-run.sh   # torch and dlbridge.nccl in the same processes (pair_bench.py)
+#   (REPS=N: rounds of the pair on the network path, 15 by default: about 3 minutes)
 set -uo pipefail
 G=${G:-build/gpu}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -44,7 +45,7 @@ torch_ranks() {
       # (pair_bench.py): a process's placement moves the network path's
       # bandwidth more than the libraries differ, so this is the comparison
       # that resolves a few percent there.
-      [ $mode = socket ] && args=(--iters=3 --reps=7)
+      [ $mode = socket ] && args=(--iters=3 --reps=${REPS:-15})
       echo "=== pair $mode ${net[*]} ${args[*]}"
       pair_ranks "${net[@]}" 2>&1 | grep -E '^(#|torch|dlbridge|ratio|Traceback|[A-Za-z.]*Error)'
       continue

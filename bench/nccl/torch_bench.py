@@ -22,8 +22,9 @@ def parse_args(iters=20, reps=5):
     p.add_argument("--iters", type=int, default=iters)
     p.add_argument("--lat-iters", type=int, default=1000)
     p.add_argument("--reps", type=int, default=reps)
-    p.add_argument("--min", type=int, default=64 << 20)
-    p.add_argument("--max", type=int, default=1 << 30)
+    # Not --min/--max: torchrun would take "--max" for its --max-restarts.
+    p.add_argument("--min-bytes", type=int, default=64 << 20)
+    p.add_argument("--max-bytes", type=int, default=1 << 30)
     return p.parse_args()
 
 
@@ -48,11 +49,11 @@ def join():
 
 def cases(a):
     """(op, bytes, operations per timed run) of a sweep: the 4 KiB latency,
-    then every power of two from --min to --max."""
+    then every power of two from --min-bytes to --max-bytes."""
     yield "all_reduce", 4096, a.lat_iters
     yield "send_recv", 4096, a.lat_iters
-    b = a.min
-    while b <= a.max:
+    b = a.min_bytes
+    while b <= a.max_bytes:
         yield "all_reduce", b, a.iters
         yield "send_recv", b, a.iters
         b *= 2
