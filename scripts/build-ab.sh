@@ -6,6 +6,8 @@
 #
 #   bash scripts/build-ab.sh BASE_REV [ROUNDS]
 #   device run, carry ["build/ab"]:  bash build/ab/run.sh [exchange] [transfer]
+#   TRANSFER_ARGS="--min-mib 4 --max-mib 64 --only h2d" bash build/ab/run.sh transfer
+#     (bench_transfer.py's options for both sides; default --max-mib 1024)
 #
 # AB_DIR names another folder than build/ab (two comparisons with
 # different bases on one device run). The logs go to $OUT as
@@ -53,7 +55,7 @@ for i in \$(seq $rounds); do
     for part in \$parts; do
       case \$part in
         exchange) script=bench_exchange.py; args=""; limit=150 ;;
-        transfer) script=bench_transfer.py; args="--max-mib 1024"; limit=300 ;;
+        transfer) script=bench_transfer.py; args=\${TRANSFER_ARGS:-"--max-mib 1024"}; limit=300 ;;
         *) echo "unknown part \$part"; exit 2 ;;
       esac
       (cd /tmp && PYTHONPATH=\$A/\$side DLBRIDGE_LIB=\$A/\$side/libdlbridge.so timeout \$limit \\
