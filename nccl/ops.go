@@ -81,8 +81,6 @@ const (
 	kRecv
 )
 
-var kindNames = [...]string{"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv"}
-
 // kindCalls are the entry points, named in errors.
 var kindCalls = [...]string{"ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclSend", "ncclRecv"}
 
