@@ -21,7 +21,8 @@ With DLBRIDGE_BENCH_PEERS naming the folder scripts/build-peers.sh wrote
 nanobind, built for this Python), it also sets dlbridge's calls beside the
 same functions in tvm-ffi and nanobind, in the same interleaved rounds: empty
 bodies over two and nine tensors (pytest.noop2, pytest.noop9) and without
-arguments (pytest.nothing), on NumPy arrays and, on a GPU, on torch CUDA
+arguments (pytest.nothing; beside it the floor, a Go export that returns a
+constant through the extension: what any call of Go costs), on NumPy arrays and, on a GPU, on torch CUDA
 tensors with the caller's stream (both sides are checked to see it); on the
 host also scale(out, x, 2.0). Each line gives its ratio to tvm-ffi's cell
 of the same function. Wherever dlbridge has a CUDA device (the fake driver's
@@ -183,7 +184,7 @@ def exchange_peers(peers):
         seen = {"dlbridge": ops.pytest.stream_of(x)[0]}
         cases = [("noop2", {"dlbridge pytest.noop2(x, y)": lambda: d2(x, y)}),
                  ("noop9", {"dlbridge pytest.noop9(9 tensors)": lambda: d9(*xs)}),
-                 ("nothing", {"dlbridge pytest.nothing()": dn})]
+                 ("nothing", {"dlbridge pytest.nothing()": dn, "floor: a Go export returning a constant": floor_call()})]
         if "tvm-ffi" in peers:
             t = peers["tvm-ffi"]
             t2, t9, tn = t.noop2, t.noop9, t.nothing
@@ -262,6 +263,16 @@ def load_built_peers():
     return peers
 
 
+def floor_call():
+    """The least a Python call of Go code costs through dlbridge's one
+    binding: _core's wrapper of a Go export that returns a constant (the
+    GIL released and taken again, the cgo entry and exit), measured beside
+    the "nothing" cells as the bound under pytest.nothing()."""
+    from dlbridge import _lib
+    _lib.load()
+    return _lib._core.dlb_abi_version
+
+
 def compare(title, cases, number):
     """cases: [(function, {label: call})], each label starting with its
     library's name. Every call of every case runs in the same interleaved
@@ -315,7 +326,7 @@ def host_peers(peers):
     d2, d9, dn, ds = ops.pytest.noop2, ops.pytest.noop9, ops.pytest.nothing, ops.gofunc.scale
     cases = [("noop2", {"dlbridge pytest.noop2(a, b)": lambda: d2(a, b)}),
              ("noop9", {"dlbridge pytest.noop9(9 arrays)": lambda: d9(*xs)}),
-             ("nothing", {"dlbridge pytest.nothing()": dn}),
+             ("nothing", {"dlbridge pytest.nothing()": dn, "floor: a Go export returning a constant": floor_call()}),
              ("scale", {"dlbridge gofunc.scale(out, x, 2.0)": lambda: ds(out, a, 2.0)})]
     for name, m in peers.items():
         p2, p9, pn, ps = m.noop2, m.noop9, m.nothing, m.scale
@@ -354,7 +365,8 @@ def gpu_peers(peers, torch):
                             "tvm-ffi noop2(x, y)": lambda: t2(x, y)}),
                  ("noop9", {"dlbridge pytest.noop9(9 tensors)": lambda: d9(*xs),
                             "tvm-ffi noop9(9 tensors)": lambda: t9(*xs)}),
-                 ("nothing", {"dlbridge pytest.nothing()": dn, "tvm-ffi nothing()": tn})]
+                 ("nothing", {"dlbridge pytest.nothing()": dn, "floor: a Go export returning a constant": floor_call(),
+                              "tvm-ffi nothing()": tn})]
         if "nanobind" in peers:
             n = peers["nanobind"]
             n2, n9, nn = n.noop2, n.noop9, n.nothing
