@@ -9,8 +9,9 @@ times iters operations of each library (torch first in even rounds,
 dlbridge first in odd ones; dlbridge's calls are the Go package's, through
 the c-shared library), on one stream with CUDA events, and each side's
 median and best are printed with their ratio, and the median and
-quartiles of the rounds' own ratios (paired: each round's two runs are next to each other
-in time, so drift over the sweep, which moves both, cancels).
+quartiles of the rounds' own ratios (paired: each round's two runs are
+next to each other in time, so drift over the sweep, which moves both,
+cancels).
 Under torchrun (its store holds MASTER_PORT, so dlbridge's rendezvous
 takes DLBRIDGE_NCCL_PORT); point DLBRIDGE_LIBNCCL at PyTorch's NCCL:
 

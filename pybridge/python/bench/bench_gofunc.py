@@ -22,9 +22,10 @@ nanobind, built for this Python), it also sets dlbridge's calls beside the
 same functions in tvm-ffi and nanobind, in the same interleaved rounds: empty
 bodies over two and nine tensors (pytest.noop2, pytest.noop9) and without
 arguments (pytest.nothing; beside it the floor, a Go export that returns a
-constant through the extension: what any call of Go costs), on NumPy arrays and, on a GPU, on torch CUDA
-tensors with the caller's stream (both sides are checked to see it); on the
-host also scale(out, x, 2.0). Each line gives its ratio to tvm-ffi's cell
+constant through the extension: what any call of Go costs), on NumPy
+arrays and, on a GPU, on torch CUDA tensors with the caller's stream
+(both sides are checked to see it); on the host also scale(out, x, 2.0).
+Each line gives its ratio to tvm-ffi's cell
 of the same function. Wherever dlbridge has a CUDA device (the fake driver's
 too, DLBRIDGE_LIBCUDA), the same three functions also run over tensors of a
 C exchange API producer built here (EXCHANGE_SRC), torch's way in without
