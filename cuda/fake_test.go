@@ -49,8 +49,19 @@ func TestInjectedErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.fn, func(t *testing.T) {
+			// The stream's context current on this thread: a call made
+			// direct on a thread where another context, or none, is
+			// current is made again in its own when it fails with
+			// CUDA_ERROR_INVALID_VALUE (wrongContext), and the retry
+			// does not see the one-shot injection. The goroutine may run
+			// on such a thread (qemu's slow threads showed it).
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			restore, err := c.SetCurrent()
+			must(t, err)
+			defer restore()
 			f.Inject(t, tc.fn, tc.code, 0)
-			err := tc.call()
+			err = tc.call()
 			wantCode(t, err, tc.code)
 			var e *Error
 			errors.As(err, &e)

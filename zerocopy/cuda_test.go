@@ -171,10 +171,15 @@ func TestCopyCUDAErrors(t *testing.T) {
 	})
 	if fakeLib != "" {
 		t.Run("driver error", func(t *testing.T) {
-			fakeInject(t, "cuMemcpyHtoDAsync_v2", cuda.ErrInvalidValue, 0)
+			// Not CUDA_ERROR_INVALID_VALUE: a copy made direct on a
+			// thread where its stream's context is not current is made
+			// again in that context when it fails so (package cuda's
+			// wrongContext), and the retry would not see the one-shot
+			// injection; the crew's threads may be such threads.
+			fakeInject(t, "cuMemcpyHtoDAsync_v2", cuda.ErrIllegalAddress, 0)
 			_, err := zerocopy.DefaultCopier().CopyVia(d, h32, nil, zerocopy.PathStaged)
-			if !errors.Is(err, cuda.ErrInvalidValue) {
-				t.Fatalf("got %v, want CUDA_ERROR_INVALID_VALUE", err)
+			if !errors.Is(err, cuda.ErrIllegalAddress) {
+				t.Fatalf("got %v, want CUDA_ERROR_ILLEGAL_ADDRESS", err)
 			}
 		})
 	}
